@@ -1,0 +1,49 @@
+# Thin wrapper around CMake. `make run` and `make test` do all set-up on a fresh Debian 12 machine.
+BUILD      ?= build
+BUILD_ASAN ?= build-asan
+JOBS       ?= $(shell nproc)
+# Debian packages the build and the tests need (installed by `make deps` when missing).
+DEB_PACKAGES = g++ cmake make pkg-config libgtest-dev libbenchmark-dev nlohmann-json3-dev \
+               libcli11-dev libfmt-dev libpcre2-dev
+DEMO_MODEL ?= $(BUILD)/demo-model
+
+.PHONY: all deps configure build test test-asan run clean
+
+all: build
+
+deps:
+	@missing=""; for p in $(DEB_PACKAGES); do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing Debian packages:$$missing"; \
+	  if [ "$$(id -u)" != 0 ]; then echo "error: need root to apt-get install:$$missing" >&2; exit 1; fi; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
+	fi
+
+$(BUILD)/CMakeCache.txt: | deps
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release
+
+configure: deps $(BUILD)/CMakeCache.txt
+
+build: configure
+	cmake --build $(BUILD) -j $(JOBS)
+
+# Whole suite (release build), then the loader/format tests again under ASan+UBSan.
+test: build
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+	$(MAKE) test-asan
+
+test-asan: deps
+	cmake -S . -B $(BUILD_ASAN) -DCMAKE_BUILD_TYPE=Debug -DM3_SANITIZE=ON >/dev/null
+	cmake --build $(BUILD_ASAN) -j $(JOBS) --target loader_tests m3serve
+	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 $(BUILD_ASAN)/tests/loader_tests
+
+# Until the server and the trained demo model land: generate a small random-weight M3.1-layout
+# model and stream a completion from it.
+run: build
+	@test -f $(DEMO_MODEL)/config.json || $(BUILD)/m3serve make-model --layout m31 --preset tiny --seed 1 --out $(DEMO_MODEL)
+	$(BUILD)/m3serve generate --model $(DEMO_MODEL) --prompt "Hello, world" --max-tokens 32
+
+clean:
+	rm -rf $(BUILD) $(BUILD_ASAN)

@@ -1,0 +1,13 @@
+// Registration hooks for the m3serve subcommands; each lives in its own cmd_*.cpp.
+// A command reports failure by throwing m3::Error (printed as "error: ..." with exit code 1).
+#pragma once
+#include <CLI/CLI.hpp>
+
+namespace m3::cli {
+
+void register_generate(CLI::App& app);
+void register_logits(CLI::App& app);
+void register_tokenize(CLI::App& app);    // also registers `detokenize`
+void register_make_model(CLI::App& app);
+
+}  // namespace m3::cli

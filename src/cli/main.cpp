@@ -1,0 +1,31 @@
+// m3serve entry point: dispatches to the subcommands and turns errors into one clear message
+// plus a non-zero exit code.
+#include <cstdio>
+#include <exception>
+
+#include "cli/commands.h"
+#include "formats/error.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"m3serve: inference engine and OpenAI-compatible server for MiniMax-M3 / M3.1"};
+  app.require_subcommand(1);
+  m3::cli::register_generate(app);
+  m3::cli::register_logits(app);
+  m3::cli::register_tokenize(app);
+  m3::cli::register_make_model(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const m3::Error& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "error: out of memory\n");
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
