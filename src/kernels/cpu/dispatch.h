@@ -1,0 +1,29 @@
+// Run-time ISA dispatch: the kernel table compiled for generic x86-64, AVX2+FMA and AVX-512 is
+// chosen once from cpuid (or forced with M3_ISA=generic|avx2|avx512 for parity tests).
+#pragma once
+#include <cstdint>
+
+#include "kernels/cpu/linear.h"
+
+namespace m3 {
+
+struct CpuOps {
+  const char* name;
+  float (*dot)(const float* a, const float* b, int64_t n);
+  void (*axpy)(float a, const float* x, float* y, int64_t n);  // y += a*x
+  // Rows [r0, r1) of y[T, N] = x[T, K] · Wᵀ; scratch holds at least kLinearTileRows * K floats.
+  void (*linear_rows)(const Linear& W, const float* x, int64_t T, float* y, int64_t r0, int64_t r1, float* scratch);
+  void (*decode_rows)(const Linear& W, int64_t r0, int64_t n, float* out);
+};
+
+constexpr int kLinearTileRows = 4;
+
+const CpuOps& cpu_ops();
+// The table for one ISA by name, or nullptr when this CPU cannot run it.
+const CpuOps* cpu_ops_for(const char* isa);
+
+namespace isa_generic { extern const CpuOps kOps; }
+namespace isa_avx2 { extern const CpuOps kOps; }
+namespace isa_avx512 { extern const CpuOps kOps; }
+
+}  // namespace m3

@@ -1,0 +1,65 @@
+// Threading of the matmul over rows of W (see linear.h); the per-ISA inner loops are in
+// linear_impl.inc.
+#include "kernels/cpu/linear.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "kernels/cpu/dispatch.h"
+
+namespace m3 {
+
+const char* linear_kind_name(LinearKind k) {
+  switch (k) {
+    case LinearKind::None: return "none";
+    case LinearKind::F32: return "F32";
+    case LinearKind::BF16: return "BF16";
+    case LinearKind::F16: return "F16";
+    case LinearKind::MXFP8: return "MXFP8";
+    case LinearKind::NVFP4: return "NVFP4";
+  }
+  return "?";
+}
+
+size_t Linear::bytes() const {
+  const size_t n = size_t(N) * size_t(K);
+  switch (kind) {
+    case LinearKind::None: return 0;
+    case LinearKind::F32: return n * 4;
+    case LinearKind::BF16:
+    case LinearKind::F16: return n * 2;
+    case LinearKind::MXFP8: return n + n / 32;
+    case LinearKind::NVFP4: return n / 2 + n / 16;
+  }
+  return 0;
+}
+
+void linear_forward(const Linear& W, const float* x, int64_t T, float* y) {
+  const CpuOps& ops = cpu_ops();
+  const int64_t N = W.N;
+  // Scratch per thread: one row tile; thread_local so steady-state decode does not allocate.
+  static thread_local std::vector<float> scratch;
+  const int64_t tiles = (N + kLinearTileRows - 1) / kLinearTileRows;
+  const int nthreads = std::max<int64_t>(1, std::min<int64_t>(omp_get_max_threads(), tiles));
+  if (nthreads == 1 || N * W.K * std::max<int64_t>(T, 1) < 32768) {
+    if (scratch.size() < size_t(kLinearTileRows * W.K)) scratch.resize(kLinearTileRows * W.K);
+    ops.linear_rows(W, x, T, y, 0, N, scratch.data());
+    return;
+  }
+#pragma omp parallel num_threads(nthreads)
+  {
+    if (scratch.size() < size_t(kLinearTileRows * W.K)) scratch.resize(kLinearTileRows * W.K);
+    const int nt = omp_get_num_threads(), id = omp_get_thread_num();
+    const int64_t t0 = tiles * id / nt, t1 = tiles * (id + 1) / nt;
+    const int64_t r0 = t0 * kLinearTileRows, r1 = std::min(N, t1 * kLinearTileRows);
+    if (r0 < r1) ops.linear_rows(W, x, T, y, r0, r1, scratch.data());
+  }
+}
+
+void linear_decode_rows(const Linear& W, int64_t r0, int64_t n, float* out) {
+  isa_generic::kOps.decode_rows(W, r0, n, out);
+}
+
+}  // namespace m3

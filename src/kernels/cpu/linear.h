@@ -1,0 +1,33 @@
+// Linear: a weight matrix [N, K] (y = x W^T) in its checkpoint encoding, and the multithreaded
+// matmul over it. Quantised formats are decoded tile by tile inside the kernel; no fp32 copy of a
+// whole matrix is ever made.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace m3 {
+
+enum class LinearKind { None, F32, BF16, F16, MXFP8, NVFP4 };
+const char* linear_kind_name(LinearKind k);
+
+struct Linear {
+  LinearKind kind = LinearKind::None;
+  int64_t N = 0, K = 0;
+  const uint8_t* w = nullptr;       // elements (row-major [N, K] or packed [N, K/2])
+  const uint8_t* scales = nullptr;  // MXFP8: E8M0 [N, K/32]; NVFP4: E4M3 [N, K/16]
+  float global_div = 1.0f;          // NVFP4 compressed-tensors weight_global_scale (a divisor)
+  std::string name;
+
+  bool empty() const { return kind == LinearKind::None; }
+  size_t bytes() const;  // bytes read for one full pass over the matrix
+  size_t row_bytes() const { return N ? bytes() / size_t(N) : 0; }
+};
+
+// y[T, N] = x[T, K] · Wᵀ, rows of W split over the OpenMP threads.
+void linear_forward(const Linear& W, const float* x, int64_t T, float* y);
+
+// Reference path: decode rows [r0, r0+n) of W to fp32 (row-major [n, K]). Tests and oracles only.
+void linear_decode_rows(const Linear& W, int64_t r0, int64_t n, float* out);
+
+}  // namespace m3

@@ -1,0 +1,125 @@
+// The M3 / M3.1 text forward pass (model.md section 4), written to read like the math:
+// embed -> [norm, attention (dense or MSA), residual, norm, FFN (dense MLP or MoE), residual] x L
+// -> final norm -> lm_head.
+#include "model/model.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "formats/error.h"
+#include "kernels/cpu/elementwise.h"
+#include "kernels/cpu/linear.h"
+#include "model/moe.h"
+
+namespace m3 {
+
+Model::Model(const std::string& dir) : cfg_(ModelConfig::from_dir(dir)) {
+  weights_ = std::make_unique<Weights>(cfg_);
+}
+
+void Model::ensure_workspace(int64_t T) {
+  if (T <= ws_tokens_) return;
+  const int64_t H = cfg_.hidden, QW = int64_t(cfg_.n_heads) * cfg_.head_dim, KW = int64_t(cfg_.n_kv_heads) * cfg_.head_dim;
+  x_.resize(T * H);
+  a_.resize(T * H);
+  tmp_.resize(T * H);
+  q_.resize(T * QW);
+  att_.resize(T * QW);
+  k_.resize(T * KW);
+  v_.resize(T * KW);
+  iq_.resize(T * int64_t(std::max(cfg_.index_heads, 1)) * std::max(cfg_.index_dim, 1));
+  ik_.resize(T * int64_t(std::max(cfg_.index_dim, 1)));
+  rope_cos_.resize(T * cfg_.rotary_dim / 2);
+  rope_sin_.resize(T * cfg_.rotary_dim / 2);
+  ws_tokens_ = T;
+}
+
+void Model::forward(const int32_t* tokens, int64_t T, SeqCache& cache, float* logits, const ForwardOptions& opt) {
+  if (T <= 0) return;
+  const ModelConfig& c = cfg_;
+  const int64_t H = c.hidden, D = c.head_dim, V = c.vocab;
+  const int64_t QW = int64_t(c.n_heads) * D, KW = int64_t(c.n_kv_heads) * D;
+  const int64_t start = cache.n_tokens;
+  const int half = c.rotary_dim / 2;
+  for (int64_t t = 0; t < T; ++t)
+    if (tokens[t] < 0 || tokens[t] >= V)
+      throw Error("token id " + std::to_string(tokens[t]) + " at index " + std::to_string(t) +
+                  " is outside the vocabulary [0, " + std::to_string(V) + ")");
+  cache.reserve(start + T);
+  ensure_workspace(T);
+  float *x = x_.data(), *a = a_.data(), *q = q_.data(), *k = k_.data(), *v = v_.data();
+
+  // Embedding rows (no scaling).
+  const TensorView& emb = weights_->embed();
+  for (int64_t t = 0; t < T; ++t) {
+    const uint8_t* row = emb.data + size_t(tokens[t]) * size_t(H) * dtype_size(emb.dtype);
+    for (int64_t h = 0; h < H; ++h) {
+      if (emb.dtype == DType::F32) {
+        std::memcpy(x + t * H + h, row + 4 * h, 4);
+      } else {
+        uint16_t u;
+        std::memcpy(&u, row + 2 * h, 2);
+        x[t * H + h] = emb.dtype == DType::BF16 ? bf16_to_float(u) : f16_to_float(u);
+      }
+    }
+  }
+  for (int64_t t = 0; t < T; ++t) rope_table(start + t, c.rotary_dim, c.rope_theta, &rope_cos_[t * half], &rope_sin_[t * half]);
+
+  for (int l = 0; l < c.n_layers; ++l) {
+    const LayerWeights& L = weights_->layer(l);
+    const bool sparse = c.sparse_layer[l];
+    // Attention block.
+    for (int64_t t = 0; t < T; ++t) rms_norm(x + t * H, L.input_norm.data(), H, c.rms_eps, a + t * H);
+    linear_forward(L.attn.q, a, T, q);
+    linear_forward(L.attn.k, a, T, k);
+    linear_forward(L.attn.v, a, T, v);
+    for (int64_t t = 0; t < T; ++t) {
+      const float *cs = &rope_cos_[t * half], *sn = &rope_sin_[t * half];
+      for (int h = 0; h < c.n_heads; ++h) {
+        float* qh = q + t * QW + h * D;
+        rms_norm(qh, L.attn.q_norm.data(), D, c.rms_eps, qh);
+        rope_apply(qh, c.rotary_dim, cs, sn);
+      }
+      for (int g = 0; g < c.n_kv_heads; ++g) {
+        float* kh = k + t * KW + g * D;
+        rms_norm(kh, L.attn.k_norm.data(), D, c.rms_eps, kh);
+        rope_apply(kh, c.rotary_dim, cs, sn);
+      }
+      std::memcpy(cache.k_at(l, start + t), k + t * KW, size_t(KW) * 4);
+      std::memcpy(cache.v_at(l, start + t), v + t * KW, size_t(KW) * 4);
+    }
+    if (sparse) {
+      const int64_t ID = c.index_dim, IW = int64_t(c.index_heads) * ID;
+      linear_forward(L.attn.index_q, a, T, iq_.data());
+      linear_forward(L.attn.index_k, a, T, ik_.data());
+      for (int64_t t = 0; t < T; ++t) {
+        const float *cs = &rope_cos_[t * half], *sn = &rope_sin_[t * half];
+        for (int g = 0; g < c.index_heads; ++g) {
+          float* iqh = iq_.data() + t * IW + g * ID;
+          rms_norm(iqh, L.attn.index_q_norm.data(), ID, c.rms_eps, iqh);
+          rope_apply(iqh, c.rotary_dim, cs, sn);
+        }
+        float* ikt = ik_.data() + t * ID;
+        rms_norm(ikt, L.attn.index_k_norm.data(), ID, c.rms_eps, ikt);
+        rope_apply(ikt, c.rotary_dim, cs, sn);
+        std::memcpy(cache.ik_at(l, start + t), ikt, size_t(ID) * 4);
+      }
+    }
+    attention_step(c, l, cache, start, T, q, sparse ? iq_.data() : nullptr, opt.attention, att_.data());
+    linear_forward(L.attn.o, att_.data(), T, tmp_.data());
+    for (int64_t i = 0; i < T * H; ++i) x[i] += tmp_[i];
+
+    // FFN block.
+    for (int64_t t = 0; t < T; ++t) rms_norm(x + t * H, L.post_attn_norm.data(), H, c.rms_eps, a + t * H);
+    ffn_forward(c, L, c.moe_layer[l], a, T, tmp_.data());
+    for (int64_t i = 0; i < T * H; ++i) x[i] += tmp_[i];
+  }
+  cache.n_tokens = start + T;
+
+  // Final norm + lm_head for the requested rows.
+  const int64_t first = opt.all_logits ? 0 : T - 1;
+  for (int64_t t = first; t < T; ++t) rms_norm(x + t * H, weights_->final_norm().data(), H, c.rms_eps, a + (t - first) * H);
+  linear_forward(weights_->lm_head(), a, T - first, logits);
+}
+
+}  // namespace m3

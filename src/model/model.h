@@ -1,0 +1,43 @@
+// Model: a loaded checkpoint (config + weights) and the forward pass of one step of T tokens of one
+// sequence over its SeqCache (prefill when T > 1, decode when T == 1; the same semantics either way).
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/attention.h"
+#include "model/config.h"
+#include "model/kv_cache.h"
+#include "model/weights.h"
+
+namespace m3 {
+
+struct ForwardOptions {
+  AttentionPath attention = AttentionPath::Sparse;
+  bool all_logits = false;  // logits for every token of the step, else only the last
+};
+
+class Model {
+ public:
+  explicit Model(const std::string& dir);
+
+  const ModelConfig& config() const { return cfg_; }
+  const Weights& weights() const { return *weights_; }
+  SeqCache new_cache(int64_t capacity) const { return SeqCache(cfg_, capacity); }
+
+  // Runs tokens[0..T) at positions cache.n_tokens.. and appends them to the cache. Writes
+  // [T, vocab] logits when opt.all_logits, else [1, vocab] for the last token.
+  void forward(const int32_t* tokens, int64_t T, SeqCache& cache, float* logits, const ForwardOptions& opt = {});
+
+ private:
+  void ensure_workspace(int64_t T);
+
+  ModelConfig cfg_;
+  std::unique_ptr<Weights> weights_;
+  // Step workspace, grown on demand (decode reuses it without allocating).
+  int64_t ws_tokens_ = 0;
+  std::vector<float> x_, a_, q_, k_, v_, iq_, ik_, att_, tmp_, rope_cos_, rope_sin_;
+};
+
+}  // namespace m3

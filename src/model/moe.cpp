@@ -1,0 +1,102 @@
+// Dense MLP and MoE forward (see moe.h).
+#include "model/moe.h"
+
+#include <algorithm>
+#include <numeric>
+#include <vector>
+
+#include "kernels/cpu/dispatch.h"
+#include "kernels/cpu/elementwise.h"
+#include "kernels/cpu/linear.h"
+
+namespace m3 {
+
+namespace {
+
+// y[T, H] = down(SwiGLU_OAI(gate(x), up(x))); buffers reused across calls.
+void swiglu_mlp(const ModelConfig& cfg, const ExpertWeights& W, const float* x, int64_t T, float* y) {
+  thread_local std::vector<float> g, u;
+  const int64_t F = W.gate.N;
+  if (g.size() < size_t(T * F)) {
+    g.resize(size_t(T * F));
+    u.resize(size_t(T * F));
+  }
+  linear_forward(W.gate, x, T, g.data());
+  linear_forward(W.up, x, T, u.data());
+  swiglu_oai(g.data(), u.data(), T * F, cfg.swiglu_alpha, cfg.swiglu_limit, cfg.swiglu_beta, g.data());
+  linear_forward(W.down, g.data(), T, y);
+}
+
+}  // namespace
+
+void moe_route(const ModelConfig& cfg, const LayerWeights& L, const float* m, int64_t T, RouteDecision out) {
+  const int E = cfg.n_experts, K = cfg.experts_per_tok;
+  const int64_t H = cfg.hidden;
+  const CpuOps& ops = cpu_ops();
+#pragma omp parallel for schedule(static) if (T > 1)
+  for (int64_t t = 0; t < T; ++t) {
+    thread_local std::vector<float> s, biased;
+    thread_local std::vector<int> idx;
+    s.resize(E);
+    biased.resize(E);
+    idx.resize(E);
+    for (int e = 0; e < E; ++e) {
+      const float z = ops.dot(m + t * H, L.router.data() + int64_t(e) * H, H);
+      s[e] = sigmoidf(z);
+      biased[e] = s[e] + L.router_bias[e];
+    }
+    std::iota(idx.begin(), idx.end(), 0);
+    std::partial_sort(idx.begin(), idx.begin() + K, idx.end(),
+                      [&](int a, int b) { return biased[a] > biased[b] || (biased[a] == biased[b] && a < b); });
+    float sum = 0.f;
+    for (int i = 0; i < K; ++i) sum += s[idx[i]];
+    for (int i = 0; i < K; ++i) {
+      out.experts[t * K + i] = idx[i];
+      out.weights[t * K + i] = s[idx[i]] / sum * cfg.routed_scaling;
+    }
+  }
+}
+
+void ffn_forward(const ModelConfig& cfg, const LayerWeights& L, bool moe, const float* m, int64_t T, float* y) {
+  const int64_t H = cfg.hidden;
+  if (!moe) {
+    swiglu_mlp(cfg, L.mlp, m, T, y);
+    return;
+  }
+  const int K = cfg.experts_per_tok, E = cfg.n_experts;
+  thread_local std::vector<int32_t> ex;
+  thread_local std::vector<float> wt, xin, yout;
+  thread_local std::vector<std::vector<std::pair<int64_t, float>>> members;
+  ex.resize(size_t(T * K));
+  wt.resize(size_t(T * K));
+  moe_route(cfg, L, m, T, {ex.data(), wt.data()});
+  // Shared expert (weight 1) first, then each routed expert on the tokens that chose it.
+  if (L.has_shared) {
+    swiglu_mlp(cfg, L.shared, m, T, y);
+  } else {
+    std::fill(y, y + T * H, 0.f);
+  }
+  members.resize(E);
+  for (auto& v : members) v.clear();
+  for (int64_t t = 0; t < T; ++t)
+    for (int i = 0; i < K; ++i) members[ex[t * K + i]].push_back({t, wt[t * K + i]});
+  for (int e = 0; e < E; ++e) {
+    const auto& mem = members[e];
+    if (mem.empty()) continue;
+    const int64_t n = int64_t(mem.size());
+    if (xin.size() < size_t(n * H)) {
+      xin.resize(size_t(n * H));
+      yout.resize(size_t(n * H));
+    }
+    for (int64_t i = 0; i < n; ++i) std::copy(m + mem[i].first * H, m + (mem[i].first + 1) * H, xin.data() + i * H);
+    swiglu_mlp(cfg, L.experts[e], xin.data(), n, yout.data());
+    for (int64_t i = 0; i < n; ++i) {
+      float* dst = y + mem[i].first * H;
+      const float w = mem[i].second;
+      const float* src = yout.data() + i * H;
+      for (int64_t h = 0; h < H; ++h) dst[h] += w * src[h];
+    }
+  }
+}
+
+}  // namespace m3

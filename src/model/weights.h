@@ -1,0 +1,65 @@
+// Weights: typed views of every tensor the text model uses, looked up by the checkpoint's real
+// names (prefix `language_model.`), with dtype and shape checked against ModelConfig. Quantised
+// linears stay in their checkpoint encoding (MXFP8 / NVFP4) and are decoded inside the kernels;
+// only small vectors (norm gammas as 1+w, routers) are converted to fp32 once at load.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "formats/safetensors.h"
+#include "kernels/cpu/linear.h"
+#include "model/config.h"
+
+namespace m3 {
+
+struct AttentionWeights {
+  Linear q, k, v, o;
+  std::vector<float> q_norm, k_norm;  // 1 + w, fp32
+  // MSA index branch (sparse layers only).
+  Linear index_q, index_k;
+  std::vector<float> index_q_norm, index_k_norm;
+};
+
+struct ExpertWeights {
+  Linear gate, up, down;  // w1, w3, w2
+};
+
+struct LayerWeights {
+  std::vector<float> input_norm, post_attn_norm;  // 1 + w
+  AttentionWeights attn;
+  // Dense MLP (moe_layer[l] == 0).
+  ExpertWeights mlp;
+  // MoE (moe_layer[l] == 1).
+  std::vector<float> router;       // [n_experts, hidden] fp32
+  std::vector<float> router_bias;  // [n_experts] fp32 (zeros when absent)
+  std::vector<ExpertWeights> experts;
+  bool has_shared = false;
+  ExpertWeights shared;
+};
+
+class Weights {
+ public:
+  // Opens the checkpoint in cfg.dir and validates every tensor. Throws m3::Error.
+  explicit Weights(const ModelConfig& cfg);
+
+  const TensorView& embed() const { return *embed_; }
+  const Linear& lm_head() const { return lm_head_; }
+  const std::vector<float>& final_norm() const { return final_norm_; }
+  const LayerWeights& layer(int l) const { return layers_[l]; }
+
+  // Bytes of weights read for one decoded token (attention + index + dense/shared + top-k experts
+  // + lm_head + one embedding row): the numerator of "achieved GB/s".
+  double active_bytes_per_token() const { return active_bytes_; }
+  double total_bytes() const { return total_bytes_; }
+
+ private:
+  std::unique_ptr<TensorStore> store_;
+  const TensorView* embed_ = nullptr;
+  Linear lm_head_;
+  std::vector<float> final_norm_;
+  std::vector<LayerWeights> layers_;
+  double active_bytes_ = 0, total_bytes_ = 0;
+};
+
+}  // namespace m3
