@@ -30,7 +30,7 @@ class Loader {
 
   void expect_shape(const TensorView& v, std::initializer_list<int64_t> shape) const {
     if (v.shape != std::vector<int64_t>(shape))
-      throw Error(where(v) + ": shape " + v.shape_str() + ", expected " + shape_of(shape));
+      throw Error(where(v) + ": shape " + v.shape_str() + ", expected " + shape_of(shape) + " (from config.json)");
   }
   void expect_dtype(const TensorView& v, std::initializer_list<DType> ok, const char* what) const {
     for (DType d : ok)
