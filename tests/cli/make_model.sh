@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# make-model end to end: every layout with the tiny preset writes the full HF file set, and the
+# output is byte-identical across runs with the same seed (and differs for another seed).
+# Usage: make_model.sh <m3serve> <tests/data> <tmpdir>
+set -euo pipefail
+BIN=$1
+TMP=$3
+rm -rf "$TMP"
+mkdir -p "$TMP"
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+for layout in m3-bf16 m3-mxfp8 m31; do
+  for run in a b; do
+    "$BIN" make-model --layout "$layout" --preset tiny --seed 7 --out "$TMP/$layout.$run" 2>/dev/null ||
+      fail "make-model --layout $layout exited non-zero"
+  done
+  for f in config.json generation_config.json model.safetensors tokenizer.json tokenizer_config.json \
+           special_tokens_map.json; do
+    [ -s "$TMP/$layout.a/$f" ] || fail "$layout: missing $f"
+    cmp -s "$TMP/$layout.a/$f" "$TMP/$layout.b/$f" || fail "$layout: $f differs between two runs with the same seed"
+  done
+  grep -q '"model_type": "minimax_m3_vl"' "$TMP/$layout.a/config.json" || fail "$layout: config.json model_type"
+done
+grep -q quantization_config "$TMP/m3-bf16.a/config.json" && fail "m3-bf16 must not have quantization_config"
+grep -q '"moe_quant_format": "nvfp4-pack-quantized"' "$TMP/m31.a/config.json" || fail "m31: quantization_config"
+grep -q weight_packed "$TMP/m31.a/model.safetensors" || fail "m31: no NVFP4 expert tensors"
+grep -q 'weight_scale_inv' "$TMP/m3-mxfp8.a/model.safetensors" || fail "m3-mxfp8: no MXFP8 scales"
+
+# Another seed gives other weights.
+"$BIN" make-model --layout m31 --preset tiny --seed 8 --out "$TMP/m31.seed8" 2>/dev/null
+cmp -s "$TMP/m31.a/model.safetensors" "$TMP/m31.seed8/model.safetensors" && fail "seed 8 gave the same weights as seed 7"
+
+# Sharded output: index + shards, reproducible, and the same tensors as the single file.
+for run in a b; do
+  "$BIN" make-model --layout m31 --preset tiny --seed 7 --shards 2 --out "$TMP/m31s.$run" 2>/dev/null
+done
+for f in model-00001-of-00002.safetensors model-00002-of-00002.safetensors model.safetensors.index.json; do
+  [ -s "$TMP/m31s.a/$f" ] || fail "sharded: missing $f"
+  cmp -s "$TMP/m31s.a/$f" "$TMP/m31s.b/$f" || fail "sharded: $f differs between runs"
+done
+[ -e "$TMP/m31s.a/model.safetensors" ] && fail "sharded: unexpected model.safetensors"
+grep -q '"total_size"' "$TMP/m31s.a/model.safetensors.index.json" || fail "sharded: index lacks total_size"
+
+# Size flags override the preset; bad combinations are rejected with a message.
+"$BIN" make-model --layout m3-bf16 --preset tiny --hidden 128 --layers 2 --experts 4 --vocab 600 \
+  --out "$TMP/custom" 2>/dev/null || fail "custom sizes"
+grep -q '"hidden_size": 128' "$TMP/custom/config.json" || fail "custom: hidden_size"
+grep -q '"vocab_size": 600' "$TMP/custom/config.json" || fail "custom: vocab_size"
+if "$BIN" make-model --layout m31 --preset tiny --index-heads 3 --out "$TMP/bad" 2>"$TMP/bad.err"; then
+  fail "--index-heads != --kv-heads accepted"
+fi
+grep -q "index-heads" "$TMP/bad.err" || fail "error message does not name --index-heads"
+echo "make_model.sh: OK"
