@@ -1,6 +1,7 @@
 // The kernel table compiled for generic (flags set per file in CMakeLists.txt).
 #include <algorithm>
 #include <cstring>
+#include <immintrin.h>
 
 #include "formats/dtype.h"
 #include "kernels/cpu/dispatch.h"
