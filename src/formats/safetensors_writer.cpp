@@ -1,6 +1,7 @@
 // Safetensors file / sharded-checkpoint writer (see safetensors_writer.h).
 #include "formats/safetensors_writer.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>

@@ -122,6 +122,9 @@ void gaussian_row(uint64_t seed, uint64_t name_hash, int64_t row, float stddev, 
 
 enum class Fmt { BF16, F32, MXFP8, NVFP4 };
 
+// Tensors smaller than this are generated on one thread (thread start-up would dominate).
+constexpr int64_t kParallelMin = int64_t(1) << 18;
+
 // One logical weight: a plain tensor (BF16 / F32) or a linear, possibly quantised into several
 // checkpoint tensors.
 struct Item {
@@ -177,7 +180,7 @@ class Generator {
       const int64_t R = it.cols ? it.rows : 1, C = it.cols ? it.cols : it.rows;
       const uint64_t h = hash_name(it.base);
       const bool bf16 = it.fmt == Fmt::BF16;
-#pragma omp parallel
+#pragma omp parallel if (R * C >= kParallelMin)
       {
         std::vector<float> row(static_cast<size_t>(C));
 #pragma omp for schedule(static)
@@ -201,7 +204,7 @@ class Generator {
     const int64_t R = it.rows, C = it.cols;
     std::vector<float> w(size_t(R * C));
     const uint64_t h = hash_name(it.base + ".weight");
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (R * C >= kParallelMin)
     for (int64_t r = 0; r < R; ++r) {
       float* row = w.data() + r * C;
       gaussian_row(seed_, h, r, it.stddev, row, C);
@@ -211,7 +214,7 @@ class Generator {
     if (it.fmt == Fmt::MXFP8) {
       parts_[0].resize(size_t(R * C));
       parts_[1].resize(size_t(R * (C / 32)));
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (R * C >= kParallelMin)
       for (int64_t r = 0; r < R; ++r)
         mxfp8_quantize_row(w.data() + r * C, C, parts_[0].data() + r * C, parts_[1].data() + r * (C / 32));
     } else {
@@ -220,7 +223,7 @@ class Generator {
       float amax = 0.0f;
       for (float v : w) amax = std::max(amax, std::fabs(v));
       const float global = nvfp4_global_scale(amax);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (R * C >= kParallelMin)
       for (int64_t r = 0; r < R; ++r)
         nvfp4_quantize_row(w.data() + r * C, C, global, parts_[0].data() + r * (C / 2),
                            parts_[1].data() + r * (C / 16));

@@ -3,6 +3,7 @@
 // so training is the plain quadratic algorithm over a few kilobytes of built-in text.
 #include "tokenizer/bpe_trainer.h"
 
+#include <algorithm>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
