@@ -1,11 +1,12 @@
-// Attention of one layer for a step of T query tokens at positions start..start+T-1 over a
-// SeqCache that already holds their K/V (and index keys): dense causal GQA, or MSA block-sparse
-// attention that gathers only the selected blocks. A dense-with-mask path is kept as a test oracle.
+// Attention of one layer for a batch of sequences, each contributing T query tokens at positions
+// start..start+T-1 whose K/V (and index keys) are already in its KVView: dense causal GQA, or MSA
+// block-sparse attention that reads only the selected blocks (pages). Softmax is computed online
+// block by block in fp32. A dense-with-mask path is kept as a test oracle.
 #pragma once
 #include <cstdint>
 
 #include "model/config.h"
-#include "model/kv_cache.h"
+#include "model/kv_view.h"
 
 namespace m3 {
 
@@ -15,16 +16,25 @@ enum class AttentionPath {
   DenseIgnoreMsa,   // plain dense causal attention on every layer (not the model; shows MSA matters)
 };
 
-// Per-(token, group) selected blocks, token-major: sel[(t * n_groups + g) * topk + i], count in nsel.
+// Rows [row0, row0 + T) of the step's q / iq / out matrices belong to this sequence.
+struct AttnSeq {
+  const KVView* kv;
+  int64_t start;
+  int64_t T;
+  int64_t row0;
+};
+
+// Per-(row, group) selected blocks, row-major: sel[(row * n_groups + g) * topk + i] (-1 padded),
+// count in nsel[row * n_groups + g].
 struct MsaSelection {
   int topk = 0, n_groups = 0;
   int32_t* sel = nullptr;
   int32_t* nsel = nullptr;
 };
 
-// q: [T, n_heads*head_dim] post-norm post-RoPE; iq: [T, index_heads*index_dim] (sparse layers,
-// else nullptr); out: [T, n_heads*head_dim]. If `record` is non-null the chosen blocks are written there.
-void attention_step(const ModelConfig& cfg, int layer, const SeqCache& cache, int64_t start, int64_t T,
-                    const float* q, const float* iq, AttentionPath path, float* out, MsaSelection* record = nullptr);
+// q: [rows, n_heads*head_dim] post-norm post-RoPE; iq: [rows, index_heads*index_dim] (sparse
+// layers, else nullptr); out: [rows, n_heads*head_dim].
+void attention_batch(const ModelConfig& cfg, int layer, const AttnSeq* seqs, int nseq, const float* q,
+                     const float* iq, AttentionPath path, float* out, MsaSelection* record = nullptr);
 
 }  // namespace m3

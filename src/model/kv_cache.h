@@ -1,36 +1,39 @@
-// SeqCache: the simple per-sequence cache of the foundation path: per layer, the post-norm
-// post-RoPE K, the raw V and (sparse layers) the post-norm post-RoPE index key of every token,
-// in fp32, indexed by logical position. The paged engine cache replaces it in src/engine.
+// SeqCache: the simple per-sequence cache (fp32, contiguous by logical position) used by the
+// foundation path, the tools and as the parity reference for the engine's paged cache. Per layer
+// it keeps the post-norm post-RoPE K, the raw V and (sparse layers) the post-norm post-RoPE index key.
 #pragma once
 #include <cstdint>
 #include <vector>
 
 #include "model/config.h"
+#include "model/kv_view.h"
 
 namespace m3 {
 
-struct SeqCache {
-  int64_t n_tokens = 0;  // positions [0, n_tokens) are filled
-  int64_t capacity = 0;
-  int kv_width = 0;  // n_kv_heads * head_dim
-  int index_dim = 0;
-  std::vector<std::vector<float>> k, v, ik;  // [layer][pos * width]
-
+class SeqCache : public KVView {
+ public:
   SeqCache() = default;
   SeqCache(const ModelConfig& cfg, int64_t capacity);
+
+  int64_t n_tokens = 0;  // positions [0, n_tokens) are filled
+
   // Grows to hold at least `cap` positions (amortised; no-op when large enough).
   void reserve(int64_t cap);
   void clear() { n_tokens = 0; }
+  int64_t capacity() const { return capacity_; }
 
-  float* k_at(int l, int64_t pos) { return k[l].data() + pos * kv_width; }
-  float* v_at(int l, int64_t pos) { return v[l].data() + pos * kv_width; }
-  float* ik_at(int l, int64_t pos) { return ik[l].data() + pos * index_dim; }
-  const float* k_at(int l, int64_t pos) const { return k[l].data() + pos * kv_width; }
-  const float* v_at(int l, int64_t pos) const { return v[l].data() + pos * kv_width; }
-  const float* ik_at(int l, int64_t pos) const { return ik[l].data() + pos * index_dim; }
+  int64_t size() const override { return n_tokens; }
+  int chunk() const override { return chunk_; }
+  void store(int layer, int64_t pos, const float* k, const float* v, const float* ik) override;
+  const float* k_rows(int layer, int g, int64_t lo, int64_t n, float* scratch, int64_t* stride) const override;
+  const float* v_rows(int layer, int g, int64_t lo, int64_t n, float* scratch, int64_t* stride) const override;
+  const float* ik_rows(int layer, int64_t lo, int64_t n, float* scratch, int64_t* stride) const override;
 
  private:
+  int64_t capacity_ = 0;
+  int kv_width_ = 0, head_dim_ = 0, index_dim_ = 0, chunk_ = 128;
   std::vector<uint8_t> sparse_;
+  std::vector<std::vector<float>> k_, v_, ik_;  // [layer][pos * width]
 };
 
 }  // namespace m3

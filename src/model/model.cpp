@@ -1,6 +1,6 @@
 // The M3 / M3.1 text forward pass (model.md section 4), written to read like the math:
 // embed -> [norm, attention (dense or MSA), residual, norm, FFN (dense MLP or MoE), residual] x L
-// -> final norm -> lm_head.
+// -> final norm -> lm_head. One step runs any number of sequences together.
 #include "model/model.h"
 
 #include <algorithm>
@@ -31,48 +31,82 @@ void Model::ensure_workspace(int64_t T) {
   ik_.resize(T * int64_t(std::max(cfg_.index_dim, 1)));
   rope_cos_.resize(T * cfg_.rotary_dim / 2);
   rope_sin_.resize(T * cfg_.rotary_dim / 2);
+  tok_.resize(T);
+  pos_.resize(T);
+  item_of_.resize(T);
   ws_tokens_ = T;
 }
 
 void Model::forward(const int32_t* tokens, int64_t T, SeqCache& cache, float* logits, const ForwardOptions& opt) {
   if (T <= 0) return;
+  cache.reserve(cache.n_tokens + T);
+  BatchItem it;
+  it.kv = &cache;
+  it.tokens = tokens;
+  it.n = T;
+  it.start = cache.n_tokens;
+  it.logits_from = opt.all_logits ? 0 : T - 1;
+  forward_batch(&it, 1, logits, opt.attention);
+  cache.n_tokens += T;
+}
+
+void Model::forward_batch(const BatchItem* items, int nitems, float* logits, AttentionPath path) {
   const ModelConfig& c = cfg_;
   const int64_t H = c.hidden, D = c.head_dim, V = c.vocab;
   const int64_t QW = int64_t(c.n_heads) * D, KW = int64_t(c.n_kv_heads) * D;
-  const int64_t start = cache.n_tokens;
   const int half = c.rotary_dim / 2;
-  for (int64_t t = 0; t < T; ++t)
-    if (tokens[t] < 0 || tokens[t] >= V)
-      throw Error("token id " + std::to_string(tokens[t]) + " at index " + std::to_string(t) +
-                  " is outside the vocabulary [0, " + std::to_string(V) + ")");
-  cache.reserve(start + T);
+  int64_t T = 0;
+  for (int i = 0; i < nitems; ++i) {
+    for (int64_t t = 0; t < items[i].n; ++t)
+      if (items[i].tokens[t] < 0 || items[i].tokens[t] >= V)
+        throw Error("token id " + std::to_string(items[i].tokens[t]) + " is outside the vocabulary [0, " +
+                    std::to_string(V) + ")");
+    T += items[i].n;
+  }
+  if (T == 0) return;
   ensure_workspace(T);
+  seqs_.resize(nitems);
+  int64_t row = 0;
+  for (int i = 0; i < nitems; ++i) {
+    seqs_[i] = {items[i].kv, items[i].start, items[i].n, row};
+    for (int64_t t = 0; t < items[i].n; ++t, ++row) {
+      tok_[row] = items[i].tokens[t];
+      pos_[row] = items[i].start + t;
+      item_of_[row] = i;
+    }
+  }
   float *x = x_.data(), *a = a_.data(), *q = q_.data(), *k = k_.data(), *v = v_.data();
 
   // Embedding rows (no scaling).
   const TensorView& emb = weights_->embed();
+  const size_t esz = dtype_size(emb.dtype);
   for (int64_t t = 0; t < T; ++t) {
-    const uint8_t* row = emb.data + size_t(tokens[t]) * size_t(H) * dtype_size(emb.dtype);
+    const uint8_t* er = emb.data + size_t(tok_[t]) * size_t(H) * esz;
     for (int64_t h = 0; h < H; ++h) {
       if (emb.dtype == DType::F32) {
-        std::memcpy(x + t * H + h, row + 4 * h, 4);
+        std::memcpy(x + t * H + h, er + 4 * h, 4);
       } else {
         uint16_t u;
-        std::memcpy(&u, row + 2 * h, 2);
+        std::memcpy(&u, er + 2 * h, 2);
         x[t * H + h] = emb.dtype == DType::BF16 ? bf16_to_float(u) : f16_to_float(u);
       }
     }
+    rope_table(pos_[t], c.rotary_dim, c.rope_theta, &rope_cos_[t * half], &rope_sin_[t * half]);
   }
-  for (int64_t t = 0; t < T; ++t) rope_table(start + t, c.rotary_dim, c.rope_theta, &rope_cos_[t * half], &rope_sin_[t * half]);
 
   for (int l = 0; l < c.n_layers; ++l) {
     const LayerWeights& L = weights_->layer(l);
     const bool sparse = c.sparse_layer[l];
-    // Attention block.
+    // Attention block: projections over all rows, per-head norm + RoPE, cache append.
     for (int64_t t = 0; t < T; ++t) rms_norm(x + t * H, L.input_norm.data(), H, c.rms_eps, a + t * H);
     linear_forward(L.attn.q, a, T, q);
     linear_forward(L.attn.k, a, T, k);
     linear_forward(L.attn.v, a, T, v);
+    const int64_t ID = c.index_dim, IW = int64_t(c.index_heads) * ID;
+    if (sparse) {
+      linear_forward(L.attn.index_q, a, T, iq_.data());
+      linear_forward(L.attn.index_k, a, T, ik_.data());
+    }
     for (int64_t t = 0; t < T; ++t) {
       const float *cs = &rope_cos_[t * half], *sn = &rope_sin_[t * half];
       for (int h = 0; h < c.n_heads; ++h) {
@@ -85,27 +119,20 @@ void Model::forward(const int32_t* tokens, int64_t T, SeqCache& cache, float* lo
         rms_norm(kh, L.attn.k_norm.data(), D, c.rms_eps, kh);
         rope_apply(kh, c.rotary_dim, cs, sn);
       }
-      std::memcpy(cache.k_at(l, start + t), k + t * KW, size_t(KW) * 4);
-      std::memcpy(cache.v_at(l, start + t), v + t * KW, size_t(KW) * 4);
-    }
-    if (sparse) {
-      const int64_t ID = c.index_dim, IW = int64_t(c.index_heads) * ID;
-      linear_forward(L.attn.index_q, a, T, iq_.data());
-      linear_forward(L.attn.index_k, a, T, ik_.data());
-      for (int64_t t = 0; t < T; ++t) {
-        const float *cs = &rope_cos_[t * half], *sn = &rope_sin_[t * half];
+      float* ikt = nullptr;
+      if (sparse) {
         for (int g = 0; g < c.index_heads; ++g) {
           float* iqh = iq_.data() + t * IW + g * ID;
           rms_norm(iqh, L.attn.index_q_norm.data(), ID, c.rms_eps, iqh);
           rope_apply(iqh, c.rotary_dim, cs, sn);
         }
-        float* ikt = ik_.data() + t * ID;
+        ikt = ik_.data() + t * ID;
         rms_norm(ikt, L.attn.index_k_norm.data(), ID, c.rms_eps, ikt);
         rope_apply(ikt, c.rotary_dim, cs, sn);
-        std::memcpy(cache.ik_at(l, start + t), ikt, size_t(ID) * 4);
       }
+      items[item_of_[t]].kv->store(l, pos_[t], k + t * KW, v + t * KW, ikt);
     }
-    attention_step(c, l, cache, start, T, q, sparse ? iq_.data() : nullptr, opt.attention, att_.data());
+    attention_batch(c, l, seqs_.data(), nitems, q, sparse ? iq_.data() : nullptr, path, att_.data());
     linear_forward(L.attn.o, att_.data(), T, tmp_.data());
     for (int64_t i = 0; i < T * H; ++i) x[i] += tmp_[i];
 
@@ -114,12 +141,15 @@ void Model::forward(const int32_t* tokens, int64_t T, SeqCache& cache, float* lo
     ffn_forward(c, L, c.moe_layer[l], a, T, tmp_.data());
     for (int64_t i = 0; i < T * H; ++i) x[i] += tmp_[i];
   }
-  cache.n_tokens = start + T;
 
   // Final norm + lm_head for the requested rows.
-  const int64_t first = opt.all_logits ? 0 : T - 1;
-  for (int64_t t = first; t < T; ++t) rms_norm(x + t * H, weights_->final_norm().data(), H, c.rms_eps, a + (t - first) * H);
-  linear_forward(weights_->lm_head(), a, T - first, logits);
+  int64_t nout = 0;
+  row = 0;
+  for (int i = 0; i < nitems; ++i) {
+    for (int64_t t = 0; t < items[i].n; ++t, ++row)
+      if (t >= items[i].logits_from) rms_norm(x + row * H, weights_->final_norm().data(), H, c.rms_eps, a + (nout++) * H);
+  }
+  if (nout) linear_forward(weights_->lm_head(), a, nout, logits);
 }
 
 }  // namespace m3

@@ -15,7 +15,17 @@ namespace m3 {
 
 struct ForwardOptions {
   AttentionPath attention = AttentionPath::Sparse;
-  bool all_logits = false;  // logits for every token of the step, else only the last
+  bool all_logits = false;  // forward(): logits for every token of the step, else only the last
+};
+
+// One sequence's share of a batched step: n tokens at positions start..start+n-1, appended to its
+// cache. Logits are produced for rows [logits_from, n) (logits_from == n: none).
+struct BatchItem {
+  KVView* kv = nullptr;
+  const int32_t* tokens = nullptr;
+  int64_t n = 0;
+  int64_t start = 0;
+  int64_t logits_from = 0;
 };
 
 class Model {
@@ -30,6 +40,10 @@ class Model {
   // [T, vocab] logits when opt.all_logits, else [1, vocab] for the last token.
   void forward(const int32_t* tokens, int64_t T, SeqCache& cache, float* logits, const ForwardOptions& opt = {});
 
+  // One step over several sequences: the linear layers and experts run once over all rows; the
+  // attention of each row reads its own sequence's cache. Logit rows are written in item order.
+  void forward_batch(const BatchItem* items, int nitems, float* logits, AttentionPath path = AttentionPath::Sparse);
+
  private:
   void ensure_workspace(int64_t T);
 
@@ -38,6 +52,9 @@ class Model {
   // Step workspace, grown on demand (decode reuses it without allocating).
   int64_t ws_tokens_ = 0;
   std::vector<float> x_, a_, q_, k_, v_, iq_, ik_, att_, tmp_, rope_cos_, rope_sin_;
+  std::vector<int32_t> tok_;
+  std::vector<int64_t> pos_, item_of_;
+  std::vector<AttnSeq> seqs_;
 };
 
 }  // namespace m3
