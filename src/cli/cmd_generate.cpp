@@ -1,90 +1,200 @@
-// `m3serve generate`: tokenize a prompt, prefill, decode with sampling, stream the text to stdout,
-// and report prefill / decode speed with the achieved weight bandwidth to stderr.
+// `m3serve generate`: either one prompt streamed to stdout (with prefill / decode speed and achieved
+// GB/s on stderr), or an offline batch: every request line of --input runs concurrently through
+// the engine and the results are written to --output in the same order.
+#include <omp.h>
+
 #include <chrono>
 #include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <vector>
 
 #include "cli/commands.h"
-#include "engine/sampler.h"
+#include "cli/engine_flags.h"
+#include "cli/request_json.h"
+#include "engine/engine.h"
 #include "formats/error.h"
 #include "kernels/cpu/dispatch.h"
 #include "model/model.h"
 #include "tokenizer/incremental_detokenizer.h"
 #include "tokenizer/tokenizer.h"
 
-#include <omp.h>
-
 namespace m3::cli {
 
-void register_generate(CLI::App& app) {
-  auto* sub = app.add_subcommand("generate", "Complete a prompt and stream the text to stdout");
-  struct Opts {
-    std::string model, prompt;
-    int max_tokens = 64;
-    SamplingParams sp;
-    bool ignore_eos = false, no_special = false;
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+struct Opts {
+  std::string model, prompt, input, output;
+  int max_tokens = 64;
+  SamplingParams sp = [] {
+    SamplingParams p;
+    p.temperature = 0.0f;  // a single prompt defaults to greedy
+    return p;
+  }();
+  bool ignore_eos_flag = false, no_special = false;
+  EngineFlags engine;
+};
+
+void run_single(Opts& o) {
+  o.sp.max_tokens = o.max_tokens;
+  o.sp.ignore_eos = o.ignore_eos_flag;
+  o.sp.validate();
+  Model model(o.model);
+  const ModelConfig& c = model.config();
+  Tokenizer tok = Tokenizer::from_dir(o.model);
+  std::vector<int32_t> ids = tok.encode(o.prompt, !o.no_special);
+  if (ids.empty()) throw Error("--prompt: encodes to no tokens");
+  for (int32_t id : ids)
+    if (id >= c.vocab)
+      throw Error("--prompt: token id " + std::to_string(id) + " is outside the model's vocabulary (" +
+                  std::to_string(c.vocab) + ")");
+  const int32_t eos = c.eos_id >= 0 ? c.eos_id : tok.eos_id();
+  const int64_t V = c.vocab;
+  std::vector<float> logits(static_cast<size_t>(V));
+  SeqCache cache = model.new_cache(int64_t(ids.size()) + o.max_tokens);
+  Sampler sampler(o.sp);
+  IncrementalDetokenizer detok(tok, /*skip_special=*/false);
+  std::vector<int32_t> out_ids;
+
+  const auto t0 = clock_type::now();
+  model.forward(ids.data(), int64_t(ids.size()), cache, logits.data());
+  const auto t1 = clock_type::now();
+  const char* finish = "length";
+  for (;;) {
+    const int32_t next = sampler.sample(logits.data(), V, ids, out_ids);
+    out_ids.push_back(next);
+    if (next == eos && !o.sp.ignore_eos) {
+      finish = "stop";
+      break;
+    }
+    const std::string piece = detok.push(next);
+    std::fwrite(piece.data(), 1, piece.size(), stdout);
+    std::fflush(stdout);
+    if (int(out_ids.size()) >= o.max_tokens) break;
+    model.forward(&next, 1, cache, logits.data());
+  }
+  const std::string rest = detok.flush();
+  std::fwrite(rest.data(), 1, rest.size(), stdout);
+  std::fputc('\n', stdout);
+  const auto t2 = clock_type::now();
+  const double pre_s = std::chrono::duration<double>(t1 - t0).count();
+  const double dec_s = std::chrono::duration<double>(t2 - t1).count();
+  // Decode steps = tokens after the first (the first comes from the prefill's logits).
+  const int steps = int(out_ids.size()) - 1;
+  const double tps = steps > 0 ? steps / dec_s : 0.0;
+  const double gbs = tps * model.weights().active_bytes_per_token() / 1e9;
+  std::fprintf(stderr,
+               "\n[m3serve] prompt %zu tokens, prefill %.3f s (%.1f tokens/s); generated %zu tokens (%s); decode "
+               "%.2f tokens/s, %.2f GB/s achieved (%.1f MB of weights read per token); %d threads, kernels %s\n",
+               ids.size(), pre_s, double(ids.size()) / pre_s, out_ids.size(), finish, tps, gbs,
+               model.weights().active_bytes_per_token() / 1e6, omp_get_max_threads(), cpu_ops().name);
+}
+
+void run_batch(Opts& o) {
+  if (o.output.empty()) throw Error("--input needs --output FILE.jsonl");
+  const EngineConfig ec = o.engine.resolve();
+  Model model(o.model);
+  Tokenizer tok = Tokenizer::from_dir(o.model);
+  std::ifstream in(o.input);
+  if (!in) throw Error(o.input + ": cannot open");
+  std::vector<OfflineRequest> reqs;
+  std::string line;
+  for (int n = 1; std::getline(in, line); ++n) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(line);
+    } catch (const std::exception& e) {
+      throw Error(o.input + " line " + std::to_string(n) + ": not valid JSON (" + e.what() + ")");
+    }
+    reqs.push_back(parse_offline_request(j, tok, o.input + " line " + std::to_string(n)));
+  }
+  Engine engine(model, &tok, ec);
+  std::fprintf(stderr, "[m3serve] %s\n", engine.describe().c_str());
+  struct Result {
+    std::vector<int32_t> ids;
+    std::string text;
+    std::string finish;
+    int64_t cached = 0;
+    std::vector<TokenLogprob> lps;
   };
+  std::vector<Result> results(reqs.size());
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    try {
+      engine.add_request(std::to_string(i), reqs[i].prompt_ids, reqs[i].params);
+    } catch (const Error& e) {
+      throw Error(o.input + " request " + std::to_string(i + 1) + ": " + e.what());
+    }
+  }
+  const auto t0 = clock_type::now();
+  int64_t generated = 0;
+  while (engine.has_work()) {
+    for (auto& out : engine.step()) {
+      Result& r = results[std::stoul(out.request_id)];
+      r.ids.insert(r.ids.end(), out.new_tokens.begin(), out.new_tokens.end());
+      r.lps.insert(r.lps.end(), out.new_logprobs.begin(), out.new_logprobs.end());
+      r.text += out.new_text;
+      r.cached = out.num_cached_tokens;
+      generated += int64_t(out.new_tokens.size());
+      if (out.finished) r.finish = finish_reason_name(out.finish_reason);
+    }
+  }
+  const double secs = std::chrono::duration<double>(clock_type::now() - t0).count();
+  std::ofstream out(o.output);
+  if (!out) throw Error(o.output + ": cannot open for writing");
+  for (const auto& r : results) {
+    nlohmann::json j;
+    j["text"] = r.text;
+    j["token_ids"] = r.ids;
+    j["finish_reason"] = r.finish;
+    j["num_cached_tokens"] = r.cached;
+    if (!r.lps.empty()) {
+      nlohmann::json lj = nlohmann::json::array();
+      for (const auto& lp : r.lps) {
+        nlohmann::json top = nlohmann::json::array();
+        for (const auto& [id, v] : lp.top) top.push_back({{"token_id", id}, {"logprob", v}});
+        lj.push_back({{"token_id", lp.token}, {"logprob", lp.logprob}, {"top_logprobs", top}});
+      }
+      j["logprobs"] = lj;
+    }
+    out << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+  }
+  const EngineStats st = engine.stats();
+  std::fprintf(stderr,
+               "[m3serve] %zu requests, %lld output tokens in %.2f s: %.2f output tokens/s; %lld steps, prefix cache "
+               "%lld/%lld tokens hit, %lld preemptions\n",
+               reqs.size(), (long long)generated, secs, double(generated) / secs, (long long)st.steps,
+               (long long)st.prefix_hits, (long long)st.prefix_queries, (long long)st.preemptions);
+}
+
+}  // namespace
+
+void register_generate(CLI::App& app) {
+  auto* sub = app.add_subcommand("generate", "Complete one prompt (streamed), or a JSONL file of requests in a batch");
   auto o = std::make_shared<Opts>();
   sub->add_option("--model", o->model, "Checkpoint directory")->required();
-  sub->add_option("--prompt", o->prompt, "Prompt text (special tokens written in it are recognised)")->required();
-  sub->add_option("--max-tokens", o->max_tokens, "Tokens to generate")->check(CLI::Range(1, 1 << 24));
-  sub->add_option("--temperature", o->sp.temperature, "0 = greedy")->check(CLI::Range(0.0, 100.0));
-  sub->add_option("--top-p", o->sp.top_p, "Nucleus sampling mass")->check(CLI::Range(1e-6, 1.0));
-  sub->add_option("--top-k", o->sp.top_k, "Keep the k most likely tokens (0 = all)")->check(CLI::NonNegativeNumber);
-  sub->add_option("--seed", o->sp.seed, "Sampling seed");
-  sub->add_flag("--ignore-eos", o->ignore_eos, "Keep generating past the end-of-sequence token");
-  sub->add_flag("--no-special", o->no_special, "Treat special-token text in the prompt as plain text");
+  auto* prompt = sub->add_option("--prompt", o->prompt, "Prompt text (special tokens written in it are recognised)");
+  auto* input = sub->add_option("--input", o->input, "JSONL requests: {\"prompt\"|\"prompt_token_ids\", sampling fields}");
+  prompt->excludes(input);
+  sub->add_option("--output", o->output, "JSONL results, in input order (with --input)");
+  sub->add_option("--max-tokens", o->max_tokens, "Tokens to generate (--prompt)")->check(CLI::Range(1, 1 << 24));
+  sub->add_option("--temperature", o->sp.temperature, "0 = greedy (--prompt)");
+  sub->add_option("--top-p", o->sp.top_p, "Nucleus sampling mass (--prompt)");
+  sub->add_option("--top-k", o->sp.top_k, "Keep the k most likely tokens, 0 = all (--prompt)");
+  sub->add_option("--seed", o->sp.seed, "Sampling seed (--prompt)");
+  sub->add_flag("--ignore-eos", o->ignore_eos_flag, "Keep generating past the end-of-sequence token (--prompt)");
+  sub->add_flag("--no-special", o->no_special, "Treat special-token text in the prompt as plain text (--prompt)");
+  add_engine_flags(sub, o->engine);
   sub->callback([o] {
-    Model model(o->model);
-    const ModelConfig& c = model.config();
-    Tokenizer tok = Tokenizer::from_dir(o->model);
-    std::vector<int32_t> ids = tok.encode(o->prompt, !o->no_special);
-    if (ids.empty()) throw Error("--prompt: encodes to no tokens");
-    for (int32_t id : ids)
-      if (id >= c.vocab)
-        throw Error("--prompt: token id " + std::to_string(id) + " is outside the model's vocabulary (" +
-                    std::to_string(c.vocab) + ")");
-    const int32_t eos = c.eos_id >= 0 ? c.eos_id : tok.eos_id();
-    const int64_t V = c.vocab;
-    std::vector<float> logits(static_cast<size_t>(V));
-    SeqCache cache = model.new_cache(int64_t(ids.size()) + o->max_tokens);
-    Sampler sampler(o->sp);
-    IncrementalDetokenizer detok(tok, /*skip_special=*/false);
-
-    using clock = std::chrono::steady_clock;
-    const auto t0 = clock::now();
-    model.forward(ids.data(), int64_t(ids.size()), cache, logits.data());
-    const auto t1 = clock::now();
-    int generated = 0;
-    const char* finish = "length";
-    for (;;) {
-      const int32_t next = sampler.sample(logits.data(), V);
-      ++generated;
-      if (next == eos && !o->ignore_eos) {
-        finish = "stop";
-        break;
-      }
-      const std::string piece = detok.push(next);
-      std::fwrite(piece.data(), 1, piece.size(), stdout);
-      std::fflush(stdout);
-      if (generated >= o->max_tokens) break;
-      model.forward(&next, 1, cache, logits.data());
+    if (!o->input.empty()) {
+      run_batch(*o);
+    } else if (!o->prompt.empty()) {
+      run_single(*o);
+    } else {
+      throw Error("generate needs --prompt TEXT or --input FILE.jsonl");
     }
-    const std::string rest = detok.flush();
-    std::fwrite(rest.data(), 1, rest.size(), stdout);
-    std::fputc('\n', stdout);
-    const auto t2 = clock::now();
-    const double pre_s = std::chrono::duration<double>(t1 - t0).count();
-    const double dec_s = std::chrono::duration<double>(t2 - t1).count();
-    // Decode steps = tokens after the first (the first comes from the prefill's logits).
-    const int steps = generated - 1;
-    const double tps = steps > 0 ? steps / dec_s : 0.0;
-    const double gbs = tps * model.weights().active_bytes_per_token() / 1e9;
-    std::fprintf(stderr,
-                 "\n[m3serve] prompt %zu tokens, prefill %.3f s (%.1f tokens/s); generated %d tokens (%s); decode "
-                 "%.2f tokens/s, %.2f GB/s achieved (%.1f MB of weights read per token); %d threads, kernels %s\n",
-                 ids.size(), pre_s, double(ids.size()) / pre_s, generated, finish, tps, gbs,
-                 model.weights().active_bytes_per_token() / 1e6, omp_get_max_threads(), cpu_ops().name);
   });
 }
 

@@ -1,57 +1,123 @@
-// Greedy / temperature / top-k / top-p sampling (see sampler.h).
+// Penalties, temperature, top-k / top-p / min-p and seeded draws (see sampler.h).
 #include "engine/sampler.h"
 
 #include <algorithm>
 #include <cmath>
 
+#include "formats/error.h"
+
 namespace m3 {
+
+void SamplingParams::validate() const {
+  auto bad = [](const std::string& f, const std::string& why) { throw Error(f + ": " + why); };
+  if (!(temperature >= 0.0f) || temperature > 100.0f) bad("temperature", "must be in [0, 100]");
+  if (!(top_p > 0.0f && top_p <= 1.0f)) bad("top_p", "must be in (0, 1]");
+  if (top_k < -1) bad("top_k", "must be -1, 0 (off) or a positive count");
+  if (!(min_p >= 0.0f && min_p <= 1.0f)) bad("min_p", "must be in [0, 1]");
+  if (!(presence_penalty >= -2.0f && presence_penalty <= 2.0f)) bad("presence_penalty", "must be in [-2, 2]");
+  if (!(frequency_penalty >= -2.0f && frequency_penalty <= 2.0f)) bad("frequency_penalty", "must be in [-2, 2]");
+  if (!(repetition_penalty > 0.0f && repetition_penalty <= 100.0f)) bad("repetition_penalty", "must be in (0, 100]");
+  if (max_tokens < 1) bad("max_tokens", "must be at least 1");
+  if (logprobs > 20) bad("logprobs", "at most 20");
+  for (const auto& s : stop)
+    if (s.empty()) bad("stop", "stop strings must not be empty");
+}
 
 Sampler::Sampler(const SamplingParams& p) : p_(p), rng_(p.seed) {}
 
-int32_t Sampler::sample(const float* logits, int64_t vocab) {
+int32_t Sampler::sample(const float* logits, int64_t V, const std::vector<int32_t>& prompt,
+                        const std::vector<int32_t>& output, TokenLogprob* lp) {
+  work_.assign(logits, logits + V);
+  float* x = work_.data();
+  // Penalties (vLLM semantics): repetition over prompt + output, presence / frequency over output.
+  if (p_.repetition_penalty != 1.0f || p_.presence_penalty != 0.0f || p_.frequency_penalty != 0.0f) {
+    counts_.assign(size_t(V), 0);
+    for (int32_t t : output)
+      if (t >= 0 && t < V) ++counts_[t];
+    if (p_.repetition_penalty != 1.0f) {
+      std::vector<uint8_t> seen(static_cast<size_t>(V), 0);
+      for (int32_t t : prompt)
+        if (t >= 0 && t < V) seen[t] = 1;
+      for (int32_t t : output)
+        if (t >= 0 && t < V) seen[t] = 1;
+      for (int64_t i = 0; i < V; ++i)
+        if (seen[i]) x[i] = x[i] > 0 ? x[i] / p_.repetition_penalty : x[i] * p_.repetition_penalty;
+    }
+    for (int64_t i = 0; i < V; ++i)
+      if (counts_[i]) x[i] -= p_.frequency_penalty * float(counts_[i]) + p_.presence_penalty;
+  }
+  int32_t chosen;
   if (p_.temperature <= 0.0f) {
     int64_t best = 0;
-    for (int64_t i = 1; i < vocab; ++i)
-      if (logits[i] > logits[best]) best = i;  // ties: lowest id
-    return int32_t(best);
-  }
-  cand_.resize(size_t(vocab));
-  for (int64_t i = 0; i < vocab; ++i) cand_[i] = {logits[i], int32_t(i)};
-  auto by_logit = [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };
-  int64_t n = vocab;
-  if (p_.top_k > 0 && p_.top_k < vocab) {
-    std::partial_sort(cand_.begin(), cand_.begin() + p_.top_k, cand_.end(), by_logit);
-    n = p_.top_k;
+    for (int64_t i = 1; i < V; ++i)
+      if (x[i] > x[best]) best = i;  // ties: lowest id
+    chosen = int32_t(best);
   } else {
-    std::sort(cand_.begin(), cand_.end(), by_logit);
-  }
-  // Softmax at temperature over the kept candidates (fp64 sums).
-  const double mx = cand_[0].first;
-  std::vector<double> prob(static_cast<size_t>(n));
-  double sum = 0;
-  for (int64_t i = 0; i < n; ++i) sum += prob[i] = std::exp((double(cand_[i].first) - mx) / p_.temperature);
-  // top-p: smallest prefix whose mass reaches top_p.
-  if (p_.top_p < 1.0f) {
+    cand_.resize(size_t(V));
+    for (int64_t i = 0; i < V; ++i) cand_[i] = {x[i], int32_t(i)};
+    auto by_logit = [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };
+    int64_t n = V;
+    if (p_.top_k > 0 && p_.top_k < V) {
+      std::partial_sort(cand_.begin(), cand_.begin() + p_.top_k, cand_.end(), by_logit);
+      n = p_.top_k;
+    } else {
+      std::sort(cand_.begin(), cand_.end(), by_logit);
+    }
+    const double mx = cand_[0].first;
+    prob_.resize(size_t(n));
+    double sum = 0;
+    for (int64_t i = 0; i < n; ++i) sum += prob_[i] = std::exp((double(cand_[i].first) - mx) / p_.temperature);
+    if (p_.top_p < 1.0f) {
+      double acc = 0;
+      int64_t keep = n;
+      for (int64_t i = 0; i < n; ++i) {
+        acc += prob_[i] / sum;
+        if (acc >= double(p_.top_p)) {
+          keep = i + 1;
+          break;
+        }
+      }
+      n = keep;
+    }
+    if (p_.min_p > 0.0f) {
+      const double floor = prob_[0] * p_.min_p;  // prob_[0] is the max
+      int64_t keep = 1;
+      while (keep < n && prob_[keep] >= floor) ++keep;
+      n = keep;
+    }
+    sum = 0;
+    for (int64_t i = 0; i < n; ++i) sum += prob_[i];
+    const double r = std::uniform_real_distribution<double>(0.0, 1.0)(rng_) * sum;
     double acc = 0;
-    int64_t keep = n;
+    chosen = cand_[n - 1].second;
     for (int64_t i = 0; i < n; ++i) {
-      acc += prob[i] / sum;
-      if (acc >= p_.top_p) {
-        keep = i + 1;
+      acc += prob_[i];
+      if (r < acc) {
+        chosen = cand_[i].second;
         break;
       }
     }
-    n = keep;
-    sum = 0;
-    for (int64_t i = 0; i < n; ++i) sum += prob[i];
   }
-  const double r = std::uniform_real_distribution<double>(0.0, 1.0)(rng_) * sum;
-  double acc = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    acc += prob[i];
-    if (r < acc) return cand_[i].second;
+  if (lp && p_.logprobs >= 0) {
+    // Log-softmax of the raw logits (fp64 sum).
+    double mx = logits[0];
+    for (int64_t i = 1; i < V; ++i) mx = std::max(mx, double(logits[i]));
+    double s = 0;
+    for (int64_t i = 0; i < V; ++i) s += std::exp(double(logits[i]) - mx);
+    const double lse = mx + std::log(s);
+    lp->token = chosen;
+    lp->logprob = float(double(logits[chosen]) - lse);
+    lp->top.clear();
+    if (p_.logprobs > 0) {
+      std::vector<int32_t> idx(static_cast<size_t>(V));
+      for (int64_t i = 0; i < V; ++i) idx[i] = int32_t(i);
+      const int64_t k = std::min<int64_t>(p_.logprobs, V);
+      std::partial_sort(idx.begin(), idx.begin() + k, idx.end(),
+                        [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); });
+      for (int64_t i = 0; i < k; ++i) lp->top.push_back({idx[i], float(double(logits[idx[i]]) - lse)});
+    }
   }
-  return cand_[n - 1].second;
+  return chosen;
 }
 
 }  // namespace m3

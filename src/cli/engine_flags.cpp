@@ -1,0 +1,53 @@
+// Engine flag registration and resolution (see engine_flags.h).
+#include "cli/engine_flags.h"
+
+#include <nlohmann/json.hpp>
+
+#include "formats/error.h"
+
+namespace m3::cli {
+
+void add_engine_flags(CLI::App* app, EngineFlags& f) {
+  EngineConfig& c = f.cfg;
+  app->add_option("--block-size", c.block_size, "KV page size in tokens; must equal the model's MSA block size (128)");
+  app->add_option("--kv-cache-memory", c.kv_cache_memory_gib, "KV pool size in GiB (default: a quarter of free RAM)");
+  app->add_option("--kv-cache-dtype", c.kv_cache_dtype, "auto (bf16), bf16, fp8, nvfp4, fp32");
+  app->add_option("--attention-config", f.attention_config, "JSON, e.g. '{\"indexer_kv_dtype\": \"fp8\"}'");
+  app->add_flag("--enable-prefix-caching", f.prefix_caching, "Reuse cached KV pages of shared prefixes (default on)");
+  app->add_flag("--no-enable-prefix-caching", f.no_prefix_caching, "Disable prefix caching");
+  app->add_option("--max-num-seqs", c.max_num_seqs, "Maximum running sequences per step");
+  app->add_option("--max-num-batched-tokens", c.max_num_batched_tokens, "Token budget of one step");
+  app->add_option("--long-prefill-token-threshold", c.long_prefill_token_threshold,
+                  "Cap on the prefill tokens one request takes per step (0 = off)");
+  app->add_option("--watermark", c.watermark, "Fraction of KV pages kept free when admitting requests");
+  app->add_option("--max-model-len", c.max_model_len, "Maximum prompt + output length (default: the model's)");
+}
+
+EngineConfig EngineFlags::resolve() const {
+  EngineConfig c = cfg;
+  if (prefix_caching && no_prefix_caching)
+    throw Error("--enable-prefix-caching and --no-enable-prefix-caching contradict each other");
+  c.enable_prefix_caching = !no_prefix_caching;
+  if (!attention_config.empty()) {
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(attention_config);
+    } catch (const std::exception& e) {
+      throw Error(std::string("--attention-config: not valid JSON (") + e.what() + ")");
+    }
+    if (!j.is_object()) throw Error("--attention-config: expected a JSON object");
+    for (auto it = j.begin(); it != j.end(); ++it) {
+      if (it.key() == "indexer_kv_dtype") {
+        if (!it.value().is_string()) throw Error("--attention-config: indexer_kv_dtype must be a string");
+        c.indexer_kv_dtype = it.value().get<std::string>();
+      } else if (it.key() == "indexer_decode_cp" || it.key() == "backend") {
+        // GPU-side options: no effect on the CPU engine (reported by serve at start).
+      } else {
+        throw Error("--attention-config: unknown key \"" + it.key() + "\" (known: indexer_kv_dtype)");
+      }
+    }
+  }
+  return c;
+}
+
+}  // namespace m3::cli

@@ -1,0 +1,22 @@
+// The engine flags shared by `serve` and `generate` (vLLM names and meanings).
+#pragma once
+#include <CLI/CLI.hpp>
+#include <memory>
+#include <string>
+
+#include "engine/engine.h"
+
+namespace m3::cli {
+
+struct EngineFlags {
+  EngineConfig cfg;
+  std::string attention_config;  // JSON, e.g. {"indexer_kv_dtype": "fp8"}
+  bool no_prefix_caching = false;
+  bool prefix_caching = false;
+  // Applies the parsed flags to cfg (call after parsing). Throws m3::Error on bad values.
+  EngineConfig resolve() const;
+};
+
+void add_engine_flags(CLI::App* app, EngineFlags& f);
+
+}  // namespace m3::cli

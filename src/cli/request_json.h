@@ -1,0 +1,21 @@
+// Offline request lines (`generate --input`): {"prompt": "..."} or {"prompt_token_ids": [...]}
+// plus vLLM / OpenAI sampling fields, parsed with field-level error messages.
+#pragma once
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "engine/sampler.h"
+#include "tokenizer/tokenizer.h"
+
+namespace m3::cli {
+
+struct OfflineRequest {
+  std::vector<int32_t> prompt_ids;
+  SamplingParams params;
+};
+
+// `where` prefixes messages, e.g. "input.jsonl line 3".
+OfflineRequest parse_offline_request(const nlohmann::json& j, const Tokenizer& tok, const std::string& where);
+
+}  // namespace m3::cli

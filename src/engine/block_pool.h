@@ -1,0 +1,56 @@
+// BlockPool: bookkeeping of the KV pages (vLLM's block pool): reference counts, a free queue in
+// LRU order, and the prefix cache. A full page is identified by a hash chain H(parent hash, its
+// token ids); the page keeps its hash and tokens after it is freed, so a later request with the
+// same prefix can take it back until it is evicted (least recently freed first). Lookups compare
+// the stored parent hash and token ids too, so a hash collision can never hand out wrong KV.
+#pragma once
+#include <cstdint>
+#include <unordered_map>
+#include <vector>
+
+namespace m3 {
+
+uint64_t hash_block(uint64_t parent, const int32_t* tokens, int n);
+
+class BlockPool {
+ public:
+  BlockPool(int64_t num_blocks, int block_size, bool enable_caching);
+
+  int64_t num_blocks() const { return n_; }
+  int64_t num_free() const { return free_count_; }  // free, including cached pages that may be evicted
+  bool caching() const { return caching_; }
+
+  // Takes the least recently freed page (evicting its cached identity); -1 when none is free.
+  int32_t allocate();
+  // Drops one reference; at zero the page joins the free queue (cached pages at the back, so they are
+  // evicted last; uncached ones at the front).
+  void release(int32_t b);
+  int32_t refcount(int32_t b) const { return ref_[b]; }
+
+  // Prefix cache: the page holding (parent, tokens[0..B)) if cached; takes a reference to it.
+  int32_t acquire_cached(uint64_t hash, uint64_t parent, const int32_t* tokens);
+  // Publishes a full, computed page under its hash (no-op when caching is off or already cached).
+  void publish(int32_t b, uint64_t hash, uint64_t parent, const int32_t* tokens);
+  bool is_cached(int32_t b) const { return has_hash_[b]; }
+
+  // Drops every cached identity (free pages stay free). For resets and tests.
+  void clear_cache();
+
+ private:
+  void unlink(int32_t b);
+  void push_back(int32_t b);
+  void push_front(int32_t b);
+
+  int64_t n_;
+  int block_size_;
+  bool caching_;
+  std::vector<int32_t> ref_, prev_, next_;
+  std::vector<uint8_t> in_free_, has_hash_;
+  std::vector<uint64_t> hash_, parent_;
+  std::vector<int32_t> tokens_;  // [n * block_size], valid when has_hash_
+  int32_t head_ = -1, tail_ = -1;
+  int64_t free_count_ = 0;
+  std::unordered_multimap<uint64_t, int32_t> by_hash_;
+};
+
+}  // namespace m3

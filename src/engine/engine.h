@@ -1,0 +1,109 @@
+// Engine: the serving core (vLLM's engine core, no HTTP): owns the paged KV pool, the block pool
+// with its prefix cache and the scheduler, and runs one batched forward pass per step over the
+// scheduled chunks of every sequence, then samples, applies stop rules and reports outputs.
+// Single-threaded: the caller drives step(); the server runs it on its own thread.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/block_pool.h"
+#include "engine/kv_format.h"
+#include "engine/kv_pool.h"
+#include "engine/sampler.h"
+#include "engine/scheduler.h"
+#include "engine/sequence.h"
+#include "model/model.h"
+#include "tokenizer/tokenizer.h"
+
+namespace m3 {
+
+struct EngineConfig {
+  int block_size = 0;               // 0 = the model's MSA block size (128 for models without MSA)
+  double kv_cache_memory_gib = 0;   // 0 = a quarter of the available RAM
+  int64_t num_pages = 0;            // > 0 overrides kv_cache_memory_gib (tests)
+  std::string kv_cache_dtype = "auto";
+  std::string indexer_kv_dtype = "auto";
+  bool enable_prefix_caching = true;
+  int max_num_seqs = 256;
+  int64_t max_num_batched_tokens = 2048;
+  int64_t long_prefill_token_threshold = 0;
+  double watermark = 0.01;
+  int64_t max_model_len = 0;  // 0 = the model's max_position_embeddings
+};
+
+struct RequestOutput {
+  std::string request_id;
+  std::vector<int32_t> new_tokens;
+  std::vector<TokenLogprob> new_logprobs;
+  std::string new_text;  // text delta (special tokens skipped, stop string excluded)
+  bool finished = false;
+  FinishReason finish_reason = FinishReason::None;
+  int64_t num_prompt_tokens = 0;
+  int64_t num_cached_tokens = 0;
+};
+
+struct EngineStats {
+  int64_t steps = 0;
+  int64_t prompt_tokens_computed = 0;
+  int64_t generated_tokens = 0;
+  int64_t prefix_queries = 0;
+  int64_t prefix_hits = 0;
+  int64_t preemptions = 0;
+  size_t running = 0, waiting = 0;
+  int64_t free_pages = 0, total_pages = 0;
+};
+
+class Engine {
+ public:
+  // `tok` (may be null) is needed for stop strings and text deltas.
+  Engine(Model& model, const Tokenizer* tok, const EngineConfig& cfg);
+  ~Engine();
+
+  // Queues a request. Throws m3::Error for an invalid one (empty or too long prompt, bad params,
+  // duplicate id).
+  void add_request(const std::string& id, std::vector<int32_t> prompt, const SamplingParams& params);
+  // Ends a request at once and frees its pages; returns false if it is unknown or finished.
+  bool abort(const std::string& id);
+  // Runs one step; returns the outputs of the requests that advanced or finished.
+  std::vector<RequestOutput> step();
+  bool has_work() const { return sched_->has_work(); }
+
+  EngineStats stats() const;
+  const EngineConfig& config() const { return cfg_; }
+  int block_size() const { return block_size_; }
+  int64_t capacity_tokens() const { return pool_pages_ * block_size_; }
+  int64_t num_pages() const { return pool_pages_; }
+  int64_t max_model_len() const { return max_model_len_; }
+  std::string describe() const;  // one line for the start-up log
+  const BlockPool& block_pool() const { return *blocks_; }
+
+ private:
+  void finish(Sequence* s, FinishReason r, RequestOutput& out);
+  bool check_stop(Sequence* s, RequestOutput& out);
+
+  Model& model_;
+  const Tokenizer* tok_;
+  EngineConfig cfg_;
+  int block_size_ = 128;
+  int64_t pool_pages_ = 0;
+  int64_t max_model_len_ = 0;
+  int32_t eos_ = -1;
+  KVDtype kv_dtype_, ik_dtype_;
+  std::unique_ptr<KVPool> kv_;
+  std::unique_ptr<BlockPool> blocks_;
+  std::unique_ptr<Scheduler> sched_;
+  std::map<std::string, std::unique_ptr<Sequence>> seqs_;
+  uint64_t next_id_ = 0;
+  EngineStats stats_;
+  std::vector<float> logits_;
+  std::vector<BatchItem> items_;
+  std::vector<std::unique_ptr<PagedKV>> views_;
+};
+
+// Bytes of RAM available to new allocations (MemAvailable), 0 if unknown.
+uint64_t available_memory_bytes();
+
+}  // namespace m3

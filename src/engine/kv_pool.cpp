@@ -1,0 +1,78 @@
+// Paged KV memory and the per-sequence view (see kv_pool.h).
+#include "engine/kv_pool.h"
+
+#include "formats/error.h"
+
+namespace m3 {
+
+size_t KVPool::page_bytes(const ModelConfig& cfg, int B, KVDtype kv, KVDtype ik) {
+  size_t per_token = 0;
+  for (int l = 0; l < cfg.n_layers; ++l) {
+    per_token += 2 * size_t(cfg.n_kv_heads) * kv_row_bytes(kv, cfg.head_dim);
+    if (cfg.sparse_layer[l]) per_token += kv_row_bytes(ik, cfg.index_dim);
+  }
+  return per_token * size_t(B);
+}
+
+KVPool::KVPool(const ModelConfig& cfg, int block_size, KVDtype kv, KVDtype ik, int64_t num_pages)
+    : cfg_(cfg), block_size_(block_size), kv_(kv), ikd_(ik), num_pages_(num_pages) {
+  if ((kv == KVDtype::NVFP4 && cfg.head_dim % 16) || (ik == KVDtype::NVFP4 && cfg.any_sparse() && cfg.index_dim % 16))
+    throw Error("nvfp4 KV cache needs head_dim and index_dim to be multiples of 16");
+  kv_row_ = kv_row_bytes(kv, cfg.head_dim);
+  ik_row_ = cfg.any_sparse() ? kv_row_bytes(ik, cfg.index_dim) : 0;
+  const size_t slots = size_t(num_pages) * size_t(block_size);
+  k_.resize(cfg.n_layers);
+  v_.resize(cfg.n_layers);
+  ik_.resize(cfg.n_layers);
+  for (int l = 0; l < cfg.n_layers; ++l) {
+    k_[l].reset(new uint8_t[slots * cfg.n_kv_heads * kv_row_]);
+    v_[l].reset(new uint8_t[slots * cfg.n_kv_heads * kv_row_]);
+    if (cfg.sparse_layer[l]) ik_[l].reset(new uint8_t[slots * ik_row_]);
+  }
+}
+
+PagedKV::PagedKV(KVPool& pool, const std::vector<int32_t>& table, int64_t size)
+    : pool_(pool), table_(table), size_(size), head_dim_(pool.config().head_dim), index_dim_(pool.config().index_dim) {}
+
+void PagedKV::store(int layer, int64_t pos, const float* k, const float* v, const float* ik) {
+  const int B = pool_.block_size();
+  const int64_t page = table_[pos / B];
+  const int slot = int(pos % B);
+  for (int g = 0; g < pool_.config().n_kv_heads; ++g) {
+    kv_encode_row(pool_.kv_dtype(), k + g * head_dim_, head_dim_, 1.0f, pool_.k_row(layer, page, slot, g));
+    kv_encode_row(pool_.kv_dtype(), v + g * head_dim_, head_dim_, 1.0f, pool_.v_row(layer, page, slot, g));
+  }
+  if (ik) kv_encode_row(pool_.ik_dtype(), ik, index_dim_, 1.0f, pool_.ik_row(layer, page, slot));
+}
+
+const float* PagedKV::k_rows(int layer, int g, int64_t lo, int64_t n, float* scratch, int64_t* stride) const {
+  const int B = pool_.block_size();
+  const int64_t page = table_[lo / B];
+  const int slot = int(lo % B);
+  *stride = head_dim_;
+  for (int64_t j = 0; j < n; ++j)
+    kv_decode_row(pool_.kv_dtype(), pool_.k_row(layer, page, slot + int(j), g), head_dim_, 1.0f, scratch + j * head_dim_);
+  return scratch;
+}
+
+const float* PagedKV::v_rows(int layer, int g, int64_t lo, int64_t n, float* scratch, int64_t* stride) const {
+  const int B = pool_.block_size();
+  const int64_t page = table_[lo / B];
+  const int slot = int(lo % B);
+  *stride = head_dim_;
+  for (int64_t j = 0; j < n; ++j)
+    kv_decode_row(pool_.kv_dtype(), pool_.v_row(layer, page, slot + int(j), g), head_dim_, 1.0f, scratch + j * head_dim_);
+  return scratch;
+}
+
+const float* PagedKV::ik_rows(int layer, int64_t lo, int64_t n, float* scratch, int64_t* stride) const {
+  const int B = pool_.block_size();
+  const int64_t page = table_[lo / B];
+  const int slot = int(lo % B);
+  *stride = index_dim_;
+  for (int64_t j = 0; j < n; ++j)
+    kv_decode_row(pool_.ik_dtype(), pool_.ik_row(layer, page, slot + int(j)), index_dim_, 1.0f, scratch + j * index_dim_);
+  return scratch;
+}
+
+}  // namespace m3

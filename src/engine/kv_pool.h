@@ -1,0 +1,69 @@
+// KVPool: the memory of the paged cache. One page = one MSA block (block_size tokens) and holds,
+// for every layer, the K and V rows of its tokens and, for sparse layers, their index keys: three
+// lanes addressed by one page id, so they are allocated, shared, cached and freed together.
+// PagedKV is one sequence's view of it through its block table (a KVView for the forward pass).
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "engine/kv_format.h"
+#include "model/config.h"
+#include "model/kv_view.h"
+
+namespace m3 {
+
+class KVPool {
+ public:
+  KVPool(const ModelConfig& cfg, int block_size, KVDtype kv, KVDtype ik, int64_t num_pages);
+
+  // Bytes of one page over all layers and lanes.
+  static size_t page_bytes(const ModelConfig& cfg, int block_size, KVDtype kv, KVDtype ik);
+
+  int block_size() const { return block_size_; }
+  int64_t num_pages() const { return num_pages_; }
+  KVDtype kv_dtype() const { return kv_; }
+  KVDtype ik_dtype() const { return ikd_; }
+  const ModelConfig& config() const { return cfg_; }
+
+  uint8_t* k_row(int layer, int64_t page, int slot, int g) { return row(k_, layer, page, slot, g, kv_row_); }
+  uint8_t* v_row(int layer, int64_t page, int slot, int g) { return row(v_, layer, page, slot, g, kv_row_); }
+  uint8_t* ik_row(int layer, int64_t page, int slot) { return ik_[layer].get() + ((page * block_size_) + slot) * ik_row_; }
+  const uint8_t* k_row(int layer, int64_t page, int slot, int g) const { return const_cast<KVPool*>(this)->k_row(layer, page, slot, g); }
+  const uint8_t* v_row(int layer, int64_t page, int slot, int g) const { return const_cast<KVPool*>(this)->v_row(layer, page, slot, g); }
+  const uint8_t* ik_row(int layer, int64_t page, int slot) const { return const_cast<KVPool*>(this)->ik_row(layer, page, slot); }
+  size_t kv_row_size() const { return kv_row_; }
+  size_t ik_row_size() const { return ik_row_; }
+
+ private:
+  uint8_t* row(std::vector<std::unique_ptr<uint8_t[]>>& lane, int layer, int64_t page, int slot, int g, size_t rb) {
+    return lane[layer].get() + (((page * block_size_) + slot) * cfg_.n_kv_heads + g) * rb;
+  }
+  ModelConfig cfg_;
+  int block_size_;
+  KVDtype kv_, ikd_;
+  int64_t num_pages_;
+  size_t kv_row_, ik_row_;
+  std::vector<std::unique_ptr<uint8_t[]>> k_, v_, ik_;  // per layer, uninitialised (committed lazily)
+};
+
+// One sequence's pages: a KVView over the pool. Positions are logical; page i of the table holds
+// positions [i*B, (i+1)*B).
+class PagedKV : public KVView {
+ public:
+  PagedKV(KVPool& pool, const std::vector<int32_t>& block_table, int64_t size);
+  int64_t size() const override { return size_; }
+  int chunk() const override { return pool_.block_size(); }
+  void store(int layer, int64_t pos, const float* k, const float* v, const float* ik) override;
+  const float* k_rows(int layer, int g, int64_t lo, int64_t n, float* scratch, int64_t* stride) const override;
+  const float* v_rows(int layer, int g, int64_t lo, int64_t n, float* scratch, int64_t* stride) const override;
+  const float* ik_rows(int layer, int64_t lo, int64_t n, float* scratch, int64_t* stride) const override;
+
+ private:
+  KVPool& pool_;
+  const std::vector<int32_t>& table_;
+  int64_t size_;
+  int head_dim_, index_dim_;
+};
+
+}  // namespace m3

@@ -1,0 +1,150 @@
+// Continuous-batching scheduler (see scheduler.h).
+#include "engine/scheduler.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace m3 {
+
+Scheduler::Scheduler(const SchedulerConfig& cfg, BlockPool& pool) : cfg_(cfg), pool_(pool) {}
+
+void Scheduler::add(Sequence* s) {
+  s->status = Sequence::Status::Waiting;
+  waiting_.push_back(s);
+}
+
+void Scheduler::release_pages(Sequence* s) {
+  // Last page first: the prefix pages are freed last, so LRU eviction takes the tails first.
+  for (auto it = s->blocks.rbegin(); it != s->blocks.rend(); ++it) pool_.release(*it);
+  s->blocks.clear();
+  s->block_hashes.clear();
+  s->num_computed = 0;
+}
+
+void Scheduler::remove(Sequence* s) {
+  if (auto it = std::find(waiting_.begin(), waiting_.end(), s); it != waiting_.end()) waiting_.erase(it);
+  if (auto it = std::find(running_.begin(), running_.end(), s); it != running_.end()) running_.erase(it);
+  release_pages(s);
+}
+
+void Scheduler::finish(Sequence* s) {
+  remove(s);
+  s->status = Sequence::Status::Finished;
+}
+
+bool Scheduler::ensure_pages(Sequence* s, int64_t upto) {
+  const int64_t need = (upto + cfg_.block_size - 1) / cfg_.block_size;
+  while (int64_t(s->blocks.size()) < need) {
+    const int32_t b = pool_.allocate();
+    if (b < 0) return false;
+    s->blocks.push_back(b);
+  }
+  return true;
+}
+
+void Scheduler::preempt(Sequence* s) {
+  running_.erase(std::find(running_.begin(), running_.end(), s));
+  release_pages(s);
+  s->status = Sequence::Status::Waiting;
+  ++s->num_preemptions;
+  ++stats_.preemptions;
+  waiting_.push_front(s);
+}
+
+int64_t Scheduler::prefix_hit(Sequence* s) {
+  if (!pool_.caching()) return 0;
+  const int B = cfg_.block_size;
+  // At least one token is always computed, so the step yields logits.
+  const int64_t max_blocks = (s->num_tokens() - 1) / B;
+  if (max_blocks <= 0) return 0;
+  const std::vector<int32_t> toks = s->all_tokens();
+  uint64_t parent = 0;
+  for (int64_t i = 0; i < max_blocks; ++i) {
+    const uint64_t h = hash_block(parent, &toks[size_t(i * B)], B);
+    const int32_t b = pool_.acquire_cached(h, parent, &toks[size_t(i * B)]);
+    if (b < 0) break;
+    s->blocks.push_back(b);
+    s->block_hashes.push_back(h);
+    parent = h;
+  }
+  s->num_computed = int64_t(s->blocks.size()) * B;
+  return s->num_computed;
+}
+
+std::vector<ScheduledChunk> Scheduler::schedule() {
+  std::vector<ScheduledChunk> plan;
+  int64_t budget = cfg_.max_num_batched_tokens;
+  auto cap = [&](int64_t need) {
+    int64_t n = std::min(need, budget);
+    if (cfg_.long_prefill_token_threshold > 0) n = std::min(n, cfg_.long_prefill_token_threshold);
+    return n;
+  };
+  bool preempted = false;
+  for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
+    Sequence* s = running_[i];
+    const int64_t need = s->num_tokens() - s->num_computed;
+    if (need <= 0) continue;
+    const int64_t n = cap(need);
+    bool self_preempted = false;
+    while (!ensure_pages(s, s->num_computed + n)) {
+      Sequence* victim = running_.back();
+      preempt(victim);
+      preempted = true;
+      if (victim == s) {
+        self_preempted = true;
+        break;
+      }
+    }
+    if (self_preempted) break;
+    plan.push_back({s, s->num_computed, n, s->num_computed + n == s->num_tokens()});
+    budget -= n;
+  }
+  if (preempted) return plan;  // no admissions in a step that had to preempt
+  const int64_t watermark_pages = int64_t(std::ceil(cfg_.watermark * double(pool_.num_blocks())));
+  while (!waiting_.empty() && budget > 0 && int64_t(running_.size()) < cfg_.max_num_seqs) {
+    Sequence* s = waiting_.front();
+    const int64_t hit = prefix_hit(s);
+    const int64_t total_pages = (s->num_tokens() + cfg_.block_size - 1) / cfg_.block_size;
+    const int64_t more = total_pages - int64_t(s->blocks.size());
+    if (pool_.num_free() - more < watermark_pages) {
+      release_pages(s);
+      break;
+    }
+    const int64_t n = cap(s->num_tokens() - s->num_computed);
+    if (!ensure_pages(s, s->num_computed + n)) {
+      release_pages(s);
+      break;
+    }
+    if (!s->admitted_once) {
+      s->admitted_once = true;
+      s->num_cached_tokens = hit;
+      stats_.prefix_queries += s->num_tokens();
+      stats_.prefix_hits += hit;
+    }
+    waiting_.pop_front();
+    s->status = Sequence::Status::Running;
+    running_.push_back(s);
+    plan.push_back({s, s->num_computed, n, s->num_computed + n == s->num_tokens()});
+    budget -= n;
+  }
+  return plan;
+}
+
+void Scheduler::commit(const std::vector<ScheduledChunk>& plan) {
+  const int B = cfg_.block_size;
+  for (const auto& c : plan) {
+    Sequence* s = c.seq;
+    s->num_computed = c.start + c.n;
+    while (int64_t(s->block_hashes.size()) < s->num_computed / B) {
+      const size_t i = s->block_hashes.size();
+      const uint64_t parent = i ? s->block_hashes[i - 1] : 0;
+      std::vector<int32_t> toks(static_cast<size_t>(B));
+      for (int j = 0; j < B; ++j) toks[size_t(j)] = s->token(int64_t(i) * B + j);
+      const uint64_t h = hash_block(parent, toks.data(), B);
+      pool_.publish(s->blocks[i], h, parent, toks.data());
+      s->block_hashes.push_back(h);
+    }
+  }
+}
+
+}  // namespace m3

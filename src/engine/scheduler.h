@@ -1,0 +1,70 @@
+// Scheduler: continuous batching with a per-step token budget (vLLM v1 style). Each step first
+// gives running sequences their next tokens (a decode token, or the next chunk of an unfinished
+// prefill), then admits waiting sequences with prefill chunks while budget, --max-num-seqs and free
+// pages allow. Long prompts are cut into chunks of at most --long-prefill-token-threshold tokens.
+// Admission keeps a --watermark fraction of pages free; when a running sequence cannot get a page,
+// the latest-admitted one is preempted (pages released, recomputed later from its tokens).
+#pragma once
+#include <cstdint>
+#include <deque>
+#include <vector>
+
+#include "engine/block_pool.h"
+#include "engine/sequence.h"
+
+namespace m3 {
+
+struct SchedulerConfig {
+  int block_size = 128;
+  int max_num_seqs = 256;
+  int64_t max_num_batched_tokens = 2048;
+  int64_t long_prefill_token_threshold = 0;  // 0 = no cap per request and step
+  double watermark = 0.01;
+};
+
+struct ScheduledChunk {
+  Sequence* seq;
+  int64_t start;  // first position computed in this step
+  int64_t n;      // tokens computed in this step
+  bool sample;    // the chunk reaches the end of the sequence's tokens: sample the next one
+};
+
+struct SchedulerStats {
+  int64_t prefix_queries = 0;  // tokens looked up in the prefix cache
+  int64_t prefix_hits = 0;     // of which found
+  int64_t preemptions = 0;
+};
+
+class Scheduler {
+ public:
+  Scheduler(const SchedulerConfig& cfg, BlockPool& pool);
+
+  void add(Sequence* s);
+  // Removes a sequence wherever it is and releases its pages.
+  void remove(Sequence* s);
+  std::vector<ScheduledChunk> schedule();
+  // After the step ran: advance num_computed and publish pages that became full.
+  void commit(const std::vector<ScheduledChunk>& plan);
+  // Releases the pages of a finished sequence.
+  void finish(Sequence* s);
+
+  size_t num_waiting() const { return waiting_.size(); }
+  size_t num_running() const { return running_.size(); }
+  bool has_work() const { return !waiting_.empty() || !running_.empty(); }
+  const SchedulerStats& stats() const { return stats_; }
+  const SchedulerConfig& config() const { return cfg_; }
+
+ private:
+  bool ensure_pages(Sequence* s, int64_t upto_tokens);
+  void release_pages(Sequence* s);
+  void preempt(Sequence* s);
+  int64_t prefix_hit(Sequence* s);  // acquires cached pages; returns hit tokens
+
+  SchedulerConfig cfg_;
+  BlockPool& pool_;
+  std::deque<Sequence*> waiting_;
+  std::vector<Sequence*> running_;  // in admission order (last = lowest priority)
+  SchedulerStats stats_;
+};
+
+}  // namespace m3

@@ -1,0 +1,48 @@
+// Sequence: the engine's state for one request: its tokens (prompt + output), its pages (block
+// table), how many tokens already have KV in the cache, its sampler and its stop-string text.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/sampler.h"
+#include "tokenizer/incremental_detokenizer.h"
+
+namespace m3 {
+
+enum class FinishReason { None, Stop, Length, Abort };
+const char* finish_reason_name(FinishReason r);
+
+struct Sequence {
+  uint64_t id = 0;          // engine-assigned, in arrival order
+  std::string request_id;   // caller's id
+  std::vector<int32_t> prompt;
+  std::vector<int32_t> output;
+  SamplingParams params;
+  Sampler sampler;
+
+  std::vector<int32_t> blocks;        // block table: page of positions [i*B, (i+1)*B)
+  std::vector<uint64_t> block_hashes; // hash chain of the full pages published so far
+  int64_t num_computed = 0;           // tokens whose K/V/index-K are in the pages
+  int64_t num_cached_tokens = 0;      // prefix-cache hit of the first admission
+  bool admitted_once = false;
+  int num_preemptions = 0;
+
+  enum class Status { Waiting, Running, Finished } status = Status::Waiting;
+  FinishReason finish = FinishReason::None;
+
+  // Output text (special tokens skipped) for stop strings; `text` excludes a matched stop string.
+  std::unique_ptr<IncrementalDetokenizer> detok;
+  std::string text;
+  std::vector<TokenLogprob> logprobs;
+
+  int64_t num_tokens() const { return int64_t(prompt.size() + output.size()); }
+  int32_t token(int64_t i) const {
+    return i < int64_t(prompt.size()) ? prompt[size_t(i)] : output[size_t(i - int64_t(prompt.size()))];
+  }
+  // All tokens in order (prompt then output), copied.
+  std::vector<int32_t> all_tokens() const;
+};
+
+}  // namespace m3
