@@ -35,9 +35,9 @@ test: build
 	$(MAKE) test-asan
 
 test-asan: deps
-	cmake -S . -B $(BUILD_ASAN) -DCMAKE_BUILD_TYPE=Debug -DM3_SANITIZE=ON >/dev/null
+	cmake -S . -B $(BUILD_ASAN) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DM3_SANITIZE=ON >/dev/null
 	cmake --build $(BUILD_ASAN) -j $(JOBS) --target loader_tests m3serve
-	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 $(BUILD_ASAN)/tests/loader_tests
+	OMP_WAIT_POLICY=passive ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 $(BUILD_ASAN)/tests/loader_tests
 
 # Until the server and the trained demo model land: generate a small random-weight M3.1-layout
 # model and stream a completion from it.

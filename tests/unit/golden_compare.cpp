@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include "test_tmp.h"
+
 #include <algorithm>
 #include <cstring>
 #include <cmath>
@@ -89,7 +91,7 @@ std::string golden_model_dir(const std::string& name) {
   const std::string base = std::string(M3_TEST_DATA) + "/golden/";
   if (name != "m3-tiny-topk2") return base + name + "/hf";
   // Same weights and tokenizer as m3-tiny; only config.json differs.
-  const fs::path dir = fs::path(::testing::TempDir()) / "m3-tiny-topk2-hf";
+  const fs::path dir = fs::path(::m3test::test_tmp_dir()) / "m3-tiny-topk2-hf";
   fs::create_directories(dir);
   for (const auto& e : fs::directory_iterator(base + "m3-tiny/hf")) {
     const fs::path dst = dir / e.path().filename();

@@ -2,6 +2,8 @@
 // file, tensor or config key and what was expected (never a crash). Also runs under ASan/UBSan.
 #include <gtest/gtest.h>
 
+#include "test_tmp.h"
+
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -21,7 +23,7 @@ using nlohmann::json;
 // A small m31-layout checkpoint made once per test binary, copied per test.
 const std::string& base_model() {
   static const std::string dir = [] {
-    const std::string d = testing::TempDir() + "/loader_model_base";
+    const std::string d = m3test::test_tmp_dir() + "/loader_model_base";
     fs::remove_all(d);
     m3::MakeModelOptions o = m3::make_model_preset("tiny", m3::ModelLayout::M31);
     o.hidden = 64;
@@ -41,7 +43,7 @@ const std::string& base_model() {
 }
 
 std::string fresh_copy(const std::string& name) {
-  const std::string d = testing::TempDir() + "/loader_model_" + name;
+  const std::string d = m3test::test_tmp_dir() + "/loader_model_" + name;
   fs::remove_all(d);
   fs::copy(base_model(), d, fs::copy_options::recursive);
   return d;
@@ -219,7 +221,7 @@ TEST(LoaderModel, NotJsonConfig) {
 }
 
 TEST(LoaderModel, MissingDirectory) {
-  const auto msg = load_error(testing::TempDir() + "/does_not_exist");
+  const auto msg = load_error(m3test::test_tmp_dir() + "/does_not_exist");
   EXPECT_NE(msg.find("config.json"), std::string::npos) << msg;
 }
 

@@ -4,6 +4,8 @@
 // ignores MSA must differ, which shows that block selection is active in these runs.
 #include <gtest/gtest.h>
 
+#include "test_tmp.h"
+
 #include <cmath>
 #include <filesystem>
 #include <random>
@@ -44,7 +46,7 @@ TEST_P(MsaOracle, SparseEqualsDenseWithMask) {
   o.init_block = c.init_block;
   o.local_block = c.local_block;
   o.seed = 7 + c.block_size + c.topk;
-  const std::string dir = testing::TempDir() + "/msa_oracle_" + std::to_string(c.block_size) + "_" +
+  const std::string dir = m3test::test_tmp_dir() + "/msa_oracle_" + std::to_string(c.block_size) + "_" +
                           std::to_string(c.topk) + "_" + std::to_string(c.init_block) + "_" +
                           std::to_string(int(c.layout));
   m3::make_model(o, dir);

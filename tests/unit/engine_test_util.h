@@ -1,0 +1,71 @@
+// Shared helpers for the engine tests: a small random model built once per binary, and running a
+// set of requests through an Engine to completion.
+#pragma once
+#include <gtest/gtest.h>
+
+#include "test_tmp.h"
+
+#include <filesystem>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "engine/engine.h"
+#include "model/make_model.h"
+
+namespace m3test {
+
+// A tiny M3.1-layout model with small MSA blocks (16 tokens, top-3) so selection is active early.
+inline const std::string& small_engine_model() {
+  static const std::string dir = [] {
+    const std::string d = m3test::test_tmp_dir() + "/engine_small_model";
+    std::filesystem::remove_all(d);
+    m3::MakeModelOptions o = m3::make_model_preset("tiny", m3::ModelLayout::M31);
+    o.hidden = 64;
+    o.heads = 4;
+    o.kv_heads = 2;
+    o.index_heads = 2;
+    o.layers = 2;
+    o.dense_width = 64;
+    o.moe_width = 32;
+    o.shared_width = 32;
+    o.experts = 4;
+    o.block_size = 16;
+    o.topk_blocks = 3;
+    o.seed = 9;
+    m3::make_model(o, d);
+    return d;
+  }();
+  return dir;
+}
+
+struct Finished {
+  std::vector<int32_t> tokens;
+  std::string text;
+  m3::FinishReason reason = m3::FinishReason::None;
+  int64_t cached = 0;
+};
+
+// Runs every queued request to completion.
+inline std::map<std::string, Finished> drain(m3::Engine& e) {
+  std::map<std::string, Finished> out;
+  while (e.has_work()) {
+    for (auto& o : e.step()) {
+      auto& f = out[o.request_id];
+      f.tokens.insert(f.tokens.end(), o.new_tokens.begin(), o.new_tokens.end());
+      f.text += o.new_text;
+      f.cached = o.num_cached_tokens;
+      if (o.finished) f.reason = o.finish_reason;
+    }
+  }
+  return out;
+}
+
+inline std::vector<int32_t> random_tokens(std::mt19937& rng, size_t n, int vocab) {
+  std::vector<int32_t> t(n);
+  for (auto& x : t) x = int32_t(rng() % uint32_t(vocab));
+  return t;
+}
+
+}  // namespace m3test
