@@ -1,18 +1,30 @@
 // m3serve entry point: dispatches to the subcommands and turns errors into one clear message
 // plus a non-zero exit code.
+#include <unistd.h>
+
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 
 #include "cli/commands.h"
 #include "formats/error.h"
 
 int main(int argc, char** argv) {
+  // OpenMP threads that spin at barriers lose badly whenever another process shares the cores (the
+  // step has many short parallel regions), and libgomp reads its wait policy before main() runs. So
+  // unless the user chose one (OMP_WAIT_POLICY=active is best on a dedicated machine), restart once
+  // with the passive policy.
+  if (!std::getenv("OMP_WAIT_POLICY")) {
+    ::setenv("OMP_WAIT_POLICY", "passive", 1);
+    ::execv("/proc/self/exe", argv);  // only returns on failure: carry on with the default policy
+  }
   CLI::App app{"m3serve: inference engine and OpenAI-compatible server for MiniMax-M3 / M3.1"};
   app.require_subcommand(1);
   m3::cli::register_generate(app);
   m3::cli::register_logits(app);
   m3::cli::register_tokenize(app);
   m3::cli::register_make_model(app);
+  m3::cli::register_serve(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
