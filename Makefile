@@ -4,7 +4,8 @@ BUILD_ASAN ?= build-asan
 JOBS       ?= $(shell nproc)
 # Debian packages the build and the tests need (installed by `make deps` when missing).
 DEB_PACKAGES = g++ cmake make pkg-config libgtest-dev libbenchmark-dev nlohmann-json3-dev \
-               libcli11-dev libfmt-dev libpcre2-dev
+               libcli11-dev libfmt-dev libpcre2-dev \
+               libcpp-httplib-dev libssl-dev zlib1g-dev libbrotli-dev curl
 DEMO_MODEL ?= $(BUILD)/demo-model
 
 .PHONY: all deps configure build test test-asan run clean

@@ -9,5 +9,6 @@ void register_generate(CLI::App& app);
 void register_logits(CLI::App& app);
 void register_tokenize(CLI::App& app);    // also registers `detokenize`
 void register_make_model(CLI::App& app);
+void register_serve(CLI::App& app);       // cmd_serve.cpp: the OpenAI-compatible server
 
 }  // namespace m3::cli

@@ -1,0 +1,243 @@
+// `m3serve serve [MODEL] [flags]`: the OpenAI-compatible HTTP server, a drop-in for `vllm serve`.
+// Every flag of the MiniMax-M3.1 recipe is accepted with vLLM's meaning; flags that only concern
+// GPUs or multi-node setups are accepted and reported once at start as not applicable here.
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "cli/commands.h"
+#include "cli/engine_flags.h"
+#include "engine/engine.h"
+#include "formats/error.h"
+#include "model/model.h"
+#include "server/http_server.h"
+#include "tokenizer/tokenizer.h"
+
+namespace m3::cli {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct ServeOpts {
+  std::string model, model_flag;
+  std::string host = "127.0.0.1";
+  int port = 8000;
+  std::string api_key;
+  std::vector<std::string> served_names;
+  std::string chat_template;
+  int stream_interval = 1;
+  std::string reasoning_parser, tool_call_parser;
+  bool enable_auto_tool_choice = false;
+  size_t max_request_bytes = 32u << 20;
+  int http_threads = 128;
+  EngineFlags engine;
+  // Accepted, not applicable on this build (GPU, multi-node, disaggregation).
+  std::string compilation_config, speculative_config, quant_moe, kv_transfer_config, limit_mm, moe_backend,
+      kernel_config, kv_events_config, load_format, dp_address, numa_bind_nodes;
+  int tp = 1, dp = 1, dp_local = 0, dp_start_rank = 0, dp_rpc_port = 0, max_cudagraph = 0;
+  int64_t dbo_prefill = 0, dbo_decode = 0;
+  double gpu_mem = 0;
+  bool enable_dbo = false, disable_hybrid = false, expert_parallel = false, numa_bind = false, enforce_eager = false,
+       dp_hybrid_lb = false, kv_cache_metrics = false, trust_remote_code = false, log_requests = false,
+       no_log_requests = false, language_model_only = false;
+};
+
+std::string read_file(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  if (!f) throw Error(p.string() + ": cannot open");
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+std::string default_model_dir() {
+  std::vector<fs::path> cands{fs::current_path() / "models" / "demo"};
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    cands.push_back(exe.parent_path().parent_path() / "models" / "demo");
+    cands.push_back(exe.parent_path() / "models" / "demo");
+  }
+  for (auto& c : cands)
+    if (fs::exists(c / "config.json")) return c.string();
+  throw Error("no MODEL given and no demo model found at models/demo (looked in the current directory and next to "
+              "the binary); pass the checkpoint directory: m3serve serve MODEL");
+}
+
+// --chat-template FILE (or inline template text, as vLLM allows), else the checkpoint's.
+std::string load_template(const std::string& flag, const std::string& dir) {
+  if (!flag.empty()) {
+    if (fs::exists(flag)) return read_file(flag);
+    if (flag.find("{{") != std::string::npos || flag.find("{%") != std::string::npos) return flag;
+    throw Error("--chat-template: " + flag + " is neither a file nor a template");
+  }
+  if (fs::exists(fs::path(dir) / "chat_template.jinja")) return read_file(fs::path(dir) / "chat_template.jinja");
+  const fs::path tc = fs::path(dir) / "tokenizer_config.json";
+  if (fs::exists(tc)) {
+    auto j = nlohmann::json::parse(read_file(tc), nullptr, false);
+    if (j.is_object() && j.contains("chat_template")) {
+      const auto& t = j["chat_template"];
+      if (t.is_string()) return t.get<std::string>();
+      if (t.is_array())
+        for (auto& e : t)
+          if (e.value("name", "") == "default" && e.contains("template")) return e["template"].get<std::string>();
+    }
+  }
+  return {};
+}
+
+void apply_generation_config(const std::string& dir, server::ServerContext& ctx) {
+  const fs::path p = fs::path(dir) / "generation_config.json";
+  if (!fs::exists(p)) return;
+  auto j = nlohmann::json::parse(read_file(p), nullptr, false);
+  if (!j.is_object()) return;
+  if (j.contains("temperature") && j["temperature"].is_number()) ctx.default_temperature = j["temperature"].get<float>();
+  if (j.contains("top_p") && j["top_p"].is_number()) ctx.default_top_p = j["top_p"].get<float>();
+  if (j.contains("top_k") && j["top_k"].is_number_integer()) ctx.default_top_k = j["top_k"].get<int>();
+  if (j.contains("min_p") && j["min_p"].is_number()) ctx.default_min_p = j["min_p"].get<float>();
+  if (j.contains("repetition_penalty") && j["repetition_penalty"].is_number())
+    ctx.default_repetition_penalty = j["repetition_penalty"].get<float>();
+}
+
+void run_serve(ServeOpts& o, CLI::App* sub) {
+  // Signals are taken by the server's own thread (sigwait); block them before any thread exists.
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  if (!o.model.empty() && !o.model_flag.empty() && o.model != o.model_flag)
+    throw Error("MODEL given twice: " + o.model + " and --model " + o.model_flag);
+  std::string dir = !o.model.empty() ? o.model : !o.model_flag.empty() ? o.model_flag : default_model_dir();
+
+  std::vector<std::string> na;
+  auto note = [&](const char* flag) {
+    if (sub->count(flag) > 0) na.push_back(flag);
+  };
+  for (const char* f : {"--compilation-config", "--speculative-config", "--quantization-config.moe",
+                        "--kv-transfer-config", "--moe-backend", "--kernel-config", "--kv-events-config",
+                        "--data-parallel-address", "--data-parallel-size-local", "--data-parallel-start-rank",
+                        "--data-parallel-rpc-port", "--data-parallel-hybrid-lb", "--max-cudagraph-capture-size",
+                        "--dbo-prefill-token-threshold", "--dbo-decode-token-threshold", "--enable-dbo",
+                        "--disable-hybrid-kv-cache-manager", "--enable-expert-parallel", "--numa-bind",
+                        "--numa-bind-nodes", "--gpu-memory-utilization", "--enforce-eager", "--kv-cache-metrics",
+                        "--load-format"})
+    note(f);
+  if (o.tp > 1) na.push_back("--tensor-parallel-size " + std::to_string(o.tp));
+  if (o.dp > 1) na.push_back("--data-parallel-size " + std::to_string(o.dp));
+  if (!na.empty()) {
+    std::string s;
+    for (auto& f : na) s += (s.empty() ? "" : ", ") + f;
+    std::fprintf(stderr, "[m3serve] not applicable on this build (CPU engine, one process; accepted and ignored): %s\n",
+                 s.c_str());
+  }
+  if (o.enable_auto_tool_choice && o.tool_call_parser.empty())
+    throw Error("--enable-auto-tool-choice needs --tool-call-parser");
+  if (o.stream_interval < 1) throw Error("--stream-interval must be at least 1");
+  if (o.api_key.empty())
+    if (const char* k = std::getenv("VLLM_API_KEY")) o.api_key = k;
+
+  server::ServerContext ctx;
+  if (!o.reasoning_parser.empty()) ctx.reasoning = chat::reasoning_format_from_name(o.reasoning_parser);
+  if (!o.tool_call_parser.empty()) ctx.tool = chat::tool_format_from_name(o.tool_call_parser);
+  ctx.enable_auto_tool_choice = o.enable_auto_tool_choice;
+
+  const EngineConfig ec = o.engine.resolve();
+  Model model(dir);
+  Tokenizer tok = Tokenizer::from_dir(dir);
+  Engine engine(model, &tok, ec);
+
+  ctx.served_names = o.served_names.empty() ? std::vector<std::string>{dir} : o.served_names;
+  ctx.model_path = dir;
+  ctx.tok = &tok;
+  ctx.max_model_len = engine.max_model_len();
+  ctx.vocab = model.config().vocab;
+  ctx.eos_id = model.config().eos_id >= 0 ? model.config().eos_id : tok.eos_id();
+  if (tok.bos_id() >= 0) ctx.bos_token = tok.token_bytes(tok.bos_id());
+  if (tok.eos_id() >= 0) ctx.eos_token = tok.token_bytes(tok.eos_id());
+  const std::string tmpl = load_template(o.chat_template, dir);
+  if (!tmpl.empty()) ctx.chat_template = std::make_shared<chat::ChatTemplate>(tmpl);
+  else std::fprintf(stderr, "[m3serve] warning: no chat template; /v1/chat/completions will answer 400\n");
+  apply_generation_config(dir, ctx);
+
+  std::fprintf(stderr, "[m3serve] %s\n", engine.describe().c_str());
+  std::fprintf(stderr, "[m3serve] model %s served as %s; reasoning parser %s, tool-call parser %s%s\n", dir.c_str(),
+               ctx.served_names.front().c_str(), o.reasoning_parser.empty() ? "none" : o.reasoning_parser.c_str(),
+               o.tool_call_parser.empty() ? "none" : o.tool_call_parser.c_str(),
+               o.enable_auto_tool_choice ? " (auto tool choice)" : "");
+
+  server::HttpOptions ho;
+  ho.host = o.host;
+  ho.port = o.port;
+  ho.api_key = o.api_key;
+  ho.stream_interval = o.stream_interval;
+  ho.max_body_bytes = o.max_request_bytes;
+  ho.threads = o.http_threads;
+  server::run_http_server(engine, ctx, ho);
+}
+
+}  // namespace
+
+void register_serve(CLI::App& app) {
+  auto* sub = app.add_subcommand("serve", "OpenAI-compatible HTTP server (drop-in for `vllm serve`)");
+  auto o = std::make_shared<ServeOpts>();
+  sub->add_option("MODEL", o->model, "Checkpoint directory (default: models/demo)");
+  sub->add_option("--model", o->model_flag, "Checkpoint directory (same as MODEL)");
+  sub->add_option("--host", o->host, "Address to listen on (default 127.0.0.1)");
+  sub->add_option("--port", o->port, "Port (default 8000; 0 = any free port, printed at start)")
+      ->check(CLI::Range(0, 65535));
+  sub->add_option("--api-key", o->api_key, "Require `Authorization: Bearer KEY` on /v1 (also $VLLM_API_KEY)");
+  sub->add_option("--served-model-name", o->served_names, "Model name(s) in the API (default: the MODEL path)");
+  sub->add_option("--chat-template", o->chat_template, "Chat template file (or inline template)");
+  sub->add_option("--stream-interval", o->stream_interval, "Stream every N tokens (first and last at once)");
+  sub->add_option("--reasoning-parser", o->reasoning_parser, "minimax_m3, minimax_m2, minimax_m2_append_think");
+  sub->add_option("--tool-call-parser", o->tool_call_parser, "minimax_m3, minimax_m2");
+  sub->add_flag("--enable-auto-tool-choice", o->enable_auto_tool_choice, "Parse tool calls (tool_choice auto)");
+  sub->add_option("--max-request-bytes", o->max_request_bytes, "Largest request body accepted (413 above)");
+  sub->add_option("--http-threads", o->http_threads, "HTTP worker threads (concurrent connections)");
+  add_engine_flags(sub, o->engine);
+  // vLLM flags without effect here (reported at start when they ask for GPUs or several processes).
+  sub->add_option("--tensor-parallel-size", o->tp, "Not applicable (one CPU process)");
+  sub->add_option("--data-parallel-size", o->dp, "Not applicable");
+  sub->add_option("--data-parallel-size-local", o->dp_local, "Not applicable");
+  sub->add_option("--data-parallel-start-rank", o->dp_start_rank, "Not applicable");
+  sub->add_option("--data-parallel-rpc-port", o->dp_rpc_port, "Not applicable");
+  sub->add_option("--data-parallel-address", o->dp_address, "Not applicable");
+  sub->add_flag("--data-parallel-hybrid-lb", o->dp_hybrid_lb, "Not applicable");
+  sub->add_flag("--enable-expert-parallel", o->expert_parallel, "Not applicable");
+  sub->add_option("--compilation-config,-O", o->compilation_config, "Not applicable (CUDA graphs / torch.compile)");
+  sub->add_option("--speculative-config", o->speculative_config, "Not applicable until DSpark lands");
+  sub->add_option("--quantization-config.moe", o->quant_moe, "Not applicable (GPU MoE re-quantization)");
+  sub->add_option("--kv-transfer-config", o->kv_transfer_config, "Not applicable (disaggregated serving)");
+  sub->add_option("--kv-events-config", o->kv_events_config, "Not applicable");
+  sub->add_option("--moe-backend", o->moe_backend, "Not applicable (GPU MoE kernels)");
+  sub->add_option("--kernel-config", o->kernel_config, "Not applicable");
+  sub->add_option("--load-format", o->load_format, "Not applicable (safetensors only)");
+  sub->add_option("--max-cudagraph-capture-size", o->max_cudagraph, "Not applicable");
+  sub->add_flag("--enable-dbo", o->enable_dbo, "Not applicable (dual-batch overlap)");
+  sub->add_option("--dbo-prefill-token-threshold", o->dbo_prefill, "Not applicable");
+  sub->add_option("--dbo-decode-token-threshold", o->dbo_decode, "Not applicable");
+  sub->add_flag("--disable-hybrid-kv-cache-manager", o->disable_hybrid, "Not applicable (one KV cache group here)");
+  sub->add_option("--gpu-memory-utilization", o->gpu_mem, "Not applicable (use --kv-cache-memory)");
+  sub->add_flag("--numa-bind", o->numa_bind, "Not applicable");
+  sub->add_option("--numa-bind-nodes", o->numa_bind_nodes, "Not applicable");
+  sub->add_flag("--enforce-eager", o->enforce_eager, "Not applicable");
+  sub->add_flag("--kv-cache-metrics", o->kv_cache_metrics, "Not applicable");
+  sub->add_option("--limit-mm-per-prompt", o->limit_mm, "Accepted: this build takes text input only");
+  sub->add_flag("--trust-remote-code", o->trust_remote_code, "Accepted (no remote code is ever run)");
+  sub->add_flag("--language-model-only", o->language_model_only, "Accepted (text only)");
+  sub->add_flag("--enable-log-requests", o->log_requests, "Accepted (requests are not logged)");
+  sub->add_flag("--no-enable-log-requests", o->no_log_requests, "Accepted (requests are not logged)");
+  sub->callback([o, sub] { run_serve(*o, sub); });
+}
+
+}  // namespace m3::cli

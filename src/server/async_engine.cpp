@@ -1,0 +1,196 @@
+// AsyncEngine implementation (see async_engine.h).
+#include "server/async_engine.h"
+
+#include <cstdio>
+
+#include "formats/error.h"
+
+namespace m3::server {
+
+bool OutputStream::wait(std::vector<RequestOutput>& out, std::chrono::milliseconds timeout) {
+  std::unique_lock lk(mu_);
+  cv_.wait_for(lk, timeout, [&] { return !q_.empty() || failed_; });
+  while (!q_.empty()) {
+    out.push_back(std::move(q_.front()));
+    q_.pop_front();
+  }
+  return !failed_;
+}
+
+std::string OutputStream::error() const {
+  std::lock_guard lk(mu_);
+  return error_;
+}
+
+void OutputStream::push(RequestOutput o) {
+  {
+    std::lock_guard lk(mu_);
+    q_.push_back(std::move(o));
+  }
+  cv_.notify_all();
+}
+
+void OutputStream::fail(const std::string& why) {
+  {
+    std::lock_guard lk(mu_);
+    failed_ = true;
+    error_ = why;
+  }
+  cv_.notify_all();
+}
+
+AsyncEngine::AsyncEngine(Engine& engine, Metrics& metrics) : engine_(engine), metrics_(metrics) {
+  stats_ = engine_.stats();
+  thread_ = std::thread([this] { loop(); });
+}
+
+AsyncEngine::~AsyncEngine() { stop(); }
+
+void AsyncEngine::stop() {
+  {
+    std::lock_guard lk(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  done_cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+bool AsyncEngine::alive() const {
+  std::lock_guard lk(mu_);
+  return !dead_ && !stop_;
+}
+
+EngineStats AsyncEngine::stats() const {
+  std::lock_guard lk(mu_);
+  return stats_;
+}
+
+std::shared_ptr<OutputStream> AsyncEngine::submit(std::vector<EngineRequest> reqs) {
+  auto p = std::make_shared<Pending>();
+  p->reqs = std::move(reqs);
+  p->stream = std::make_shared<OutputStream>();
+  std::unique_lock lk(mu_);
+  if (dead_ || stop_) throw Error("the engine is not running");
+  submits_.push_back(p);
+  cv_.notify_all();
+  done_cv_.wait(lk, [&] { return p->done || stop_; });
+  if (!p->done) throw Error("the server is shutting down");
+  if (!p->error.empty()) throw Error(p->error);
+  return p->stream;
+}
+
+void AsyncEngine::abort(const std::vector<std::string>& ids) {
+  {
+    std::lock_guard lk(mu_);
+    aborts_.insert(aborts_.end(), ids.begin(), ids.end());
+  }
+  cv_.notify_all();
+}
+
+void AsyncEngine::dispatch(std::vector<RequestOutput>& outs) {
+  const auto now = std::chrono::steady_clock::now();
+  for (auto& o : outs) {
+    auto it = tracks_.find(o.request_id);
+    if (it == tracks_.end()) continue;
+    Track& t = it->second;
+    const int64_t n = int64_t(o.new_tokens.size());
+    if (n > 0) {
+      if (t.first) {
+        metrics_.observe_ttft(std::chrono::duration<double>(now - t.arrival).count());
+        metrics_.add_prompt_tokens(o.num_prompt_tokens);
+        t.first = false;
+      } else {
+        metrics_.observe_itl(std::chrono::duration<double>(now - t.last).count());
+      }
+      t.last = now;
+      t.generated += n;
+      metrics_.add_generation_tokens(n);
+    }
+    if (o.finished) {
+      metrics_.request_finished(std::chrono::duration<double>(now - t.arrival).count(), o.num_prompt_tokens,
+                                t.generated, finish_reason_name(o.finish_reason));
+      t.stream->push(std::move(o));
+      tracks_.erase(it);
+    } else {
+      t.stream->push(std::move(o));
+    }
+  }
+}
+
+void AsyncEngine::loop() {
+  std::unique_lock lk(mu_);
+  for (;;) {
+    cv_.wait(lk, [&] { return stop_ || !submits_.empty() || !aborts_.empty() || engine_.has_work(); });
+    if (stop_) break;
+    // Admissions and aborts happen between steps, under the lock (the engine is single-threaded).
+    while (!submits_.empty()) {
+      auto p = submits_.front();
+      submits_.pop_front();
+      std::vector<std::string> added;
+      try {
+        for (auto& r : p->reqs) {
+          engine_.add_request(r.id, r.prompt, r.params);
+          added.push_back(r.id);
+        }
+        const auto now = std::chrono::steady_clock::now();
+        for (auto& r : p->reqs) tracks_[r.id] = Track{p->stream, now, now};
+      } catch (const std::exception& e) {
+        for (auto& id : added) engine_.abort(id);
+        p->error = e.what();
+      }
+      p->done = true;
+    }
+    done_cv_.notify_all();
+    std::vector<RequestOutput> aborted;
+    for (auto& id : aborts_) {
+      if (tracks_.count(id) && engine_.abort(id)) {
+        RequestOutput o;
+        o.request_id = id;
+        o.finished = true;
+        o.finish_reason = FinishReason::Abort;
+        aborted.push_back(std::move(o));
+      }
+    }
+    aborts_.clear();
+    dispatch(aborted);
+    if (engine_.has_work()) {
+      std::vector<RequestOutput> outs;
+      try {
+        outs = engine_.step();
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "[m3serve] engine step failed: %s\n", e.what());
+        dead_ = true;
+        for (auto& [id, t] : tracks_) t.stream->fail(std::string("engine error: ") + e.what());
+        tracks_.clear();
+        break;
+      }
+      stats_ = engine_.stats();
+      // Hand outputs over without the lock so submitters are not held up.
+      lk.unlock();
+      dispatch(outs);
+      lk.lock();
+    } else {
+      stats_ = engine_.stats();
+    }
+  }
+  // Stopping (or dead): abort everything left so every stream ends.
+  for (auto& [id, t] : tracks_) {
+    engine_.abort(id);
+    RequestOutput o;
+    o.request_id = id;
+    o.finished = true;
+    o.finish_reason = FinishReason::Abort;
+    t.stream->push(std::move(o));
+  }
+  tracks_.clear();
+  for (auto& p : submits_) {
+    p->error = "the engine is not running";
+    p->done = true;
+  }
+  submits_.clear();
+  stats_ = engine_.stats();
+  done_cv_.notify_all();
+}
+
+}  // namespace m3::server

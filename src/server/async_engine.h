@@ -1,0 +1,88 @@
+// AsyncEngine: the thread-safe front of the single-threaded m3::Engine. One engine thread loops
+// step() while there is work (sleeping on a condition variable otherwise); HTTP threads submit
+// requests through a queue and wait for acceptance, read their outputs from a per-request
+// OutputStream (condition variable, no polling sleeps), and abort requests whose client went away.
+#pragma once
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "engine/engine.h"
+#include "server/metrics.h"
+
+namespace m3::server {
+
+// Outputs of one client request (which may hold several engine requests: n > 1, prompt lists).
+class OutputStream {
+ public:
+  // Waits up to `timeout` for outputs; moves all queued ones into `out`. Returns false when the
+  // engine failed (error() says why).
+  bool wait(std::vector<RequestOutput>& out, std::chrono::milliseconds timeout);
+  std::string error() const;
+
+ private:
+  friend class AsyncEngine;
+  void push(RequestOutput o);
+  void fail(const std::string& why);
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<RequestOutput> q_;
+  std::string error_;
+  bool failed_ = false;
+};
+
+struct EngineRequest {
+  std::string id;
+  std::vector<int32_t> prompt;
+  SamplingParams params;
+};
+
+class AsyncEngine {
+ public:
+  AsyncEngine(Engine& engine, Metrics& metrics);
+  ~AsyncEngine();  // stops the thread, aborting what is left
+  // Queues the requests as one group; all are accepted or none (m3::Error with the engine's reason).
+  std::shared_ptr<OutputStream> submit(std::vector<EngineRequest> reqs);
+  // Aborts requests (no-op for finished or unknown ids); their outputs stop.
+  void abort(const std::vector<std::string>& ids);
+  // Stops the engine thread; running requests are aborted.
+  void stop();
+  bool alive() const;
+  EngineStats stats() const;
+
+ private:
+  struct Track {
+    std::shared_ptr<OutputStream> stream;
+    std::chrono::steady_clock::time_point arrival, last;
+    bool first = true;
+    int64_t generated = 0;
+  };
+  struct Pending {
+    std::vector<EngineRequest> reqs;
+    std::shared_ptr<OutputStream> stream;
+    bool done = false;
+    std::string error;
+  };
+  void loop();
+  void dispatch(std::vector<RequestOutput>& outs);
+
+  Engine& engine_;
+  Metrics& metrics_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;       // wakes the engine thread
+  std::condition_variable done_cv_;  // wakes submitters
+  std::deque<std::shared_ptr<Pending>> submits_;
+  std::vector<std::string> aborts_;
+  std::map<std::string, Track> tracks_;  // engine thread only
+  EngineStats stats_;
+  bool stop_ = false, dead_ = false;
+  std::thread thread_;
+};
+
+}  // namespace m3::server

@@ -1,0 +1,95 @@
+// Prometheus metrics rendering (see metrics.h); bucket bounds follow vLLM's.
+#include "server/metrics.h"
+
+#include <fmt/format.h>
+
+namespace m3::server {
+
+void Histogram::observe(double v) {
+  for (size_t i = 0; i < bounds_.size(); ++i)
+    if (v <= bounds_[i]) ++counts_[i];
+  sum_ += v;
+  ++count_;
+}
+
+void Histogram::render(std::string& out, const std::string& name, const std::string& labels) const {
+  out += "# TYPE " + name + " histogram\n";
+  for (size_t i = 0; i < bounds_.size(); ++i)
+    out += fmt::format("{}_bucket{{{},le=\"{}\"}} {}\n", name, labels, bounds_[i], counts_[i]);
+  out += fmt::format("{}_bucket{{{},le=\"+Inf\"}} {}\n", name, labels, count_);
+  out += fmt::format("{}_sum{{{}}} {}\n", name, labels, sum_);
+  out += fmt::format("{}_count{{{}}} {}\n", name, labels, count_);
+}
+
+Metrics::Metrics()
+    : ttft_({0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
+             40.0, 80.0, 160.0, 640.0, 2560.0}),
+      itl_({0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0,
+            80.0}),
+      e2e_({0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0,
+            960.0, 1920.0, 7680.0}),
+      req_prompt_({1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000, 50000, 100000, 200000,
+                   500000, 1000000}),
+      req_gen_({1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000, 50000, 100000, 200000, 500000,
+                1000000}) {}
+
+void Metrics::observe_ttft(double s) {
+  std::lock_guard lk(mu_);
+  ttft_.observe(s);
+}
+void Metrics::observe_itl(double s) {
+  std::lock_guard lk(mu_);
+  itl_.observe(s);
+}
+void Metrics::add_generation_tokens(int64_t n) {
+  std::lock_guard lk(mu_);
+  generation_tokens_ += n;
+}
+void Metrics::add_prompt_tokens(int64_t n) {
+  std::lock_guard lk(mu_);
+  prompt_tokens_ += n;
+}
+void Metrics::request_finished(double e2e_s, int64_t prompt_tokens, int64_t generation_tokens,
+                               const std::string& reason) {
+  std::lock_guard lk(mu_);
+  e2e_.observe(e2e_s);
+  req_prompt_.observe(double(prompt_tokens));
+  req_gen_.observe(double(generation_tokens));
+  ++success_[reason];
+}
+
+std::string Metrics::render(const std::string& model_name, const EngineStats& st) const {
+  const std::string L = "model_name=\"" + model_name + "\",engine=\"0\"";
+  std::string o;
+  auto gauge = [&](const char* name, const std::string& help, double v) {
+    o += fmt::format("# HELP vllm:{} {}\n# TYPE vllm:{} gauge\nvllm:{}{{{}}} {}\n", name, help, name, name, L, v);
+  };
+  auto counter = [&](const char* name, const std::string& help, double v) {
+    o += fmt::format("# HELP vllm:{}_total {}\n# TYPE vllm:{}_total counter\nvllm:{}_total{{{}}} {}\n", name, help,
+                     name, name, L, v);
+  };
+  gauge("num_requests_running", "Number of requests in model execution batches.", double(st.running));
+  gauge("num_requests_waiting", "Number of requests waiting to be processed.", double(st.waiting));
+  const double usage = st.total_pages > 0 ? 1.0 - double(st.free_pages) / double(st.total_pages) : 0.0;
+  gauge("kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", usage);
+  counter("num_preemptions", "Cumulative number of preemptions.", double(st.preemptions));
+  counter("prefix_cache_queries", "Prefix cache queries, in tokens.", double(st.prefix_queries));
+  counter("prefix_cache_hits", "Prefix cache hits, in tokens.", double(st.prefix_hits));
+  std::lock_guard lk(mu_);
+  counter("prompt_tokens", "Number of prefill tokens processed.", double(prompt_tokens_));
+  counter("generation_tokens", "Number of generation tokens processed.", double(generation_tokens_));
+  o += "# TYPE vllm:request_success_total counter\n";
+  for (const char* r : {"stop", "length", "abort"}) {
+    auto it = success_.find(r);
+    o += fmt::format("vllm:request_success_total{{{},finished_reason=\"{}\"}} {}\n", L, r,
+                     it == success_.end() ? 0 : it->second);
+  }
+  ttft_.render(o, "vllm:time_to_first_token_seconds", L);
+  itl_.render(o, "vllm:inter_token_latency_seconds", L);
+  e2e_.render(o, "vllm:e2e_request_latency_seconds", L);
+  req_prompt_.render(o, "vllm:request_prompt_tokens", L);
+  req_gen_.render(o, "vllm:request_generation_tokens", L);
+  return o;
+}
+
+}  // namespace m3::server

@@ -1,0 +1,560 @@
+// Request validation and response building for the OpenAI-compatible endpoints (see openai_protocol.h).
+#include "server/openai_protocol.h"
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+
+#include "formats/error.h"
+#include "server/errors.h"
+
+namespace m3::server {
+
+namespace {
+
+const ojson* field(const ojson& b, const char* key) {
+  auto it = b.find(key);
+  if (it == b.end() || it->is_null()) return nullptr;
+  return &*it;
+}
+
+std::optional<double> opt_num(const ojson& b, const char* key) {
+  const ojson* v = field(b, key);
+  if (!v) return std::nullopt;
+  if (!v->is_number()) throw bad_request(std::string("'") + key + "' must be a number", key);
+  return v->get<double>();
+}
+
+std::optional<int64_t> opt_int(const ojson& b, const char* key) {
+  const ojson* v = field(b, key);
+  if (!v) return std::nullopt;
+  if (v->is_number_float()) {
+    const double d = v->get<double>();
+    if (d == std::floor(d) && std::abs(d) < 9e15) return int64_t(d);
+  }
+  if (!v->is_number_integer()) throw bad_request(std::string("'") + key + "' must be an integer", key);
+  return v->get<int64_t>();
+}
+
+std::optional<bool> opt_bool(const ojson& b, const char* key) {
+  const ojson* v = field(b, key);
+  if (!v) return std::nullopt;
+  if (!v->is_boolean()) throw bad_request(std::string("'") + key + "' must be a boolean", key);
+  return v->get<bool>();
+}
+
+std::optional<std::string> opt_str(const ojson& b, const char* key) {
+  const ojson* v = field(b, key);
+  if (!v) return std::nullopt;
+  if (!v->is_string()) throw bad_request(std::string("'") + key + "' must be a string", key);
+  return v->get<std::string>();
+}
+
+const ojson* opt_obj(const ojson& b, const char* key) {
+  const ojson* v = field(b, key);
+  if (v && !v->is_object()) throw bad_request(std::string("'") + key + "' must be an object", key);
+  return v;
+}
+
+// Sampling fields shared by both endpoints.
+void parse_sampling(const ojson& b, const ServerContext& ctx, ParsedRequest& r) {
+  SamplingParams& p = r.params;
+  p.temperature = float(opt_num(b, "temperature").value_or(ctx.default_temperature));
+  p.top_p = float(opt_num(b, "top_p").value_or(ctx.default_top_p));
+  p.top_k = int(opt_int(b, "top_k").value_or(ctx.default_top_k));
+  p.min_p = float(opt_num(b, "min_p").value_or(ctx.default_min_p));
+  p.presence_penalty = float(opt_num(b, "presence_penalty").value_or(0.0));
+  p.frequency_penalty = float(opt_num(b, "frequency_penalty").value_or(0.0));
+  p.repetition_penalty = float(opt_num(b, "repetition_penalty").value_or(ctx.default_repetition_penalty));
+  if (p.temperature < 0 || p.temperature > 100) throw bad_request("'temperature' must be in [0, 100]", "temperature");
+  if (!(p.top_p > 0 && p.top_p <= 1)) throw bad_request("'top_p' must be in (0, 1]", "top_p");
+  if (p.top_k < -1) throw bad_request("'top_k' must be -1 (off) or positive", "top_k");
+  if (p.min_p < 0 || p.min_p > 1) throw bad_request("'min_p' must be in [0, 1]", "min_p");
+  if (std::abs(p.presence_penalty) > 2) throw bad_request("'presence_penalty' must be in [-2, 2]", "presence_penalty");
+  if (std::abs(p.frequency_penalty) > 2)
+    throw bad_request("'frequency_penalty' must be in [-2, 2]", "frequency_penalty");
+  if (p.repetition_penalty <= 0) throw bad_request("'repetition_penalty' must be > 0", "repetition_penalty");
+  if (auto s = opt_int(b, "seed")) {
+    p.has_seed = true;
+    p.seed = uint64_t(*s);
+  }
+  p.ignore_eos = opt_bool(b, "ignore_eos").value_or(false);
+  if (const ojson* st = field(b, "stop")) {
+    if (st->is_string()) {
+      p.stop.push_back(st->get<std::string>());
+    } else if (st->is_array()) {
+      for (auto& s : *st) {
+        if (!s.is_string()) throw bad_request("'stop' must be a string or a list of strings", "stop");
+        p.stop.push_back(s.get<std::string>());
+      }
+    } else {
+      throw bad_request("'stop' must be a string or a list of strings", "stop");
+    }
+    for (auto& s : p.stop)
+      if (s.empty()) throw bad_request("'stop' strings must not be empty", "stop");
+  }
+  if (const ojson* st = field(b, "stop_token_ids")) {
+    if (!st->is_array()) throw bad_request("'stop_token_ids' must be a list of integers", "stop_token_ids");
+    for (auto& s : *st) {
+      if (!s.is_number_integer()) throw bad_request("'stop_token_ids' must be a list of integers", "stop_token_ids");
+      p.stop_token_ids.push_back(s.get<int32_t>());
+    }
+  }
+  const int64_t n = opt_int(b, "n").value_or(1);
+  if (n < 1 || n > 128) throw bad_request("'n' must be in [1, 128]", "n");
+  r.n = int(n);
+  r.stream = opt_bool(b, "stream").value_or(false);
+  if (const ojson* so = opt_obj(b, "stream_options")) {
+    if (!r.stream) throw bad_request("'stream_options' is only allowed when 'stream' is true", "stream_options");
+    r.include_usage = opt_bool(*so, "include_usage").value_or(false);
+    r.continuous_usage = opt_bool(*so, "continuous_usage_stats").value_or(false);
+  }
+  r.choice.skip_special = opt_bool(b, "skip_special_tokens").value_or(true);
+  r.choice.include_stop_str = opt_bool(b, "include_stop_str_in_output").value_or(false);
+  r.choice.stop = p.stop;
+  r.choice.stop_token_ids = p.stop_token_ids;
+  r.choice.eos_id = ctx.eos_id;
+  if (const ojson* rf = field(b, "response_format")) {
+    if (!rf->is_object()) throw bad_request("'response_format' must be an object", "response_format");
+    auto t = opt_str(*rf, "type").value_or("text");
+    if (t != "text")
+      throw bad_request("response_format type '" + t +
+                            "' is not supported by this server (no guided decoding); use 'text' or leave it out",
+                        "response_format");
+  }
+}
+
+// max_tokens against the context window, then the engine's own checks.
+void finish_limits(const ojson& b, const ServerContext& ctx, ParsedRequest& r, int64_t default_max) {
+  std::optional<int64_t> mt = opt_int(b, "max_completion_tokens");
+  const char* mt_name = "max_completion_tokens";
+  if (!mt) {
+    mt = opt_int(b, "max_tokens");
+    mt_name = "max_tokens";
+  }
+  if (mt && *mt < 1) throw bad_request(std::string("'") + mt_name + "' must be at least 1", mt_name);
+  int64_t longest = 0;
+  for (auto& p : r.prompts) {
+    if (p.empty()) throw bad_request("the prompt is empty", r.chat ? "messages" : "prompt");
+    for (int32_t id : p)
+      if (id < 0 || (ctx.vocab > 0 && id >= ctx.vocab))
+        throw bad_request("token id " + std::to_string(id) + " is outside the vocabulary", "prompt");
+    longest = std::max<int64_t>(longest, int64_t(p.size()));
+  }
+  if (ctx.max_model_len > 0 && longest >= ctx.max_model_len)
+    throw bad_request("This model's maximum context length is " + std::to_string(ctx.max_model_len) +
+                          " tokens. However, your request has " + std::to_string(longest) +
+                          " input tokens. Please reduce the length of the input messages.",
+                      r.chat ? "messages" : "prompt");
+  if (mt && ctx.max_model_len > 0 && longest + *mt > ctx.max_model_len)
+    throw bad_request("This model's maximum context length is " + std::to_string(ctx.max_model_len) +
+                          " tokens. However, you requested " + std::to_string(longest + *mt) + " tokens (" +
+                          std::to_string(longest) + " in the messages, " + std::to_string(*mt) +
+                          " in the completion). Please reduce the length of the messages or completion.",
+                      mt_name);
+  int64_t max_tokens = mt ? *mt : default_max;
+  if (ctx.max_model_len > 0) max_tokens = std::min<int64_t>(max_tokens, ctx.max_model_len - longest);
+  r.params.max_tokens = int(std::clamp<int64_t>(max_tokens, 1, 1 << 30));
+  r.params.logprobs = r.logprobs ? r.top_logprobs : -1;
+  try {
+    r.params.validate();
+  } catch (const Error& e) {
+    throw bad_request(e.what());
+  }
+}
+
+}  // namespace
+
+std::string check_model(const ojson& body, const ServerContext& ctx) {
+  auto m = opt_str(body, "model");
+  if (!m) return ctx.served_names.front();
+  for (auto& n : ctx.served_names)
+    if (n == *m) return *m;
+  throw ApiError(404, "The model `" + *m + "` does not exist.", "model");
+}
+
+std::string render_messages(const ojson& body, const ServerContext& ctx, bool default_add_generation_prompt) {
+  const ojson* msgs = field(body, "messages");
+  if (!msgs) throw bad_request("'messages' is required", "messages");
+  if (!msgs->is_array() || msgs->empty()) throw bad_request("'messages' must be a non-empty list", "messages");
+  for (auto& m : *msgs) {
+    if (!m.is_object() || !m.contains("role") || !m["role"].is_string())
+      throw bad_request("each message must be an object with a string 'role'", "messages");
+    auto c = m.find("content");
+    if (c != m.end() && !(c->is_null() || c->is_string() || c->is_array()))
+      throw bad_request("message 'content' must be a string or a list of content parts", "messages");
+  }
+  ojson tools = nullptr;
+  if (const ojson* t = field(body, "tools")) {
+    if (!t->is_array()) throw bad_request("'tools' must be a list", "tools");
+    for (auto& tool : *t) {
+      if (!tool.is_object() || !tool.contains("function") || !tool["function"].is_object() ||
+          !tool["function"].contains("name") || !tool["function"]["name"].is_string())
+        throw bad_request("each tool must be {\"type\": \"function\", \"function\": {\"name\": ...}}", "tools");
+    }
+    if (!t->empty()) tools = *t;
+  }
+  ojson kwargs = ojson::object();
+  if (const ojson* k = opt_obj(body, "chat_template_kwargs")) kwargs = *k;
+  if (auto eff = opt_str(body, "reasoning_effort"))
+    if (!kwargs.contains("reasoning_effort")) kwargs["reasoning_effort"] = *eff;
+  const bool agp = opt_bool(body, "add_generation_prompt").value_or(default_add_generation_prompt);
+  if (!ctx.chat_template)
+    throw bad_request("this model has no chat template (add chat_template.jinja or pass --chat-template)", "messages");
+  try {
+    return ctx.chat_template->render(*msgs, tools, agp, kwargs, ctx.bos_token, ctx.eos_token);
+  } catch (const std::exception& e) {
+    throw bad_request(std::string("chat template: ") + e.what(), "messages");
+  }
+}
+
+ParsedRequest parse_chat_request(const ojson& body, const ServerContext& ctx) {
+  if (!body.is_object()) throw bad_request("the request body must be a JSON object");
+  ParsedRequest r;
+  r.chat = true;
+  r.model = check_model(body, ctx);
+  parse_sampling(body, ctx, r);
+  r.logprobs = opt_bool(body, "logprobs").value_or(false);
+  const int64_t tl = opt_int(body, "top_logprobs").value_or(0);
+  if (tl < 0 || tl > 20) throw bad_request("'top_logprobs' must be in [0, 20]", "top_logprobs");
+  if (tl > 0 && !r.logprobs) throw bad_request("'top_logprobs' needs 'logprobs': true", "top_logprobs");
+  r.top_logprobs = int(tl);
+
+  // Tools and tool_choice.
+  const ojson* tools = field(body, "tools");
+  const bool has_tools = tools && tools->is_array() && !tools->empty();
+  std::string choice = has_tools ? "auto" : "none";
+  if (const ojson* tc = field(body, "tool_choice")) {
+    if (tc->is_string()) {
+      choice = tc->get<std::string>();
+      if (choice != "none" && choice != "auto" && choice != "required")
+        throw bad_request("'tool_choice' must be none, auto, required or a named function", "tool_choice");
+    } else if (tc->is_object()) {
+      choice = "named";
+    } else {
+      throw bad_request("'tool_choice' must be a string or an object", "tool_choice");
+    }
+  }
+  if ((choice == "required" || choice == "named") && has_tools)
+    throw bad_request("tool_choice '" + std::string(choice == "named" ? "a named function" : "required") +
+                          "' needs guided decoding, which this server does not have; use 'auto' or 'none'",
+                      "tool_choice");
+  if (choice == "auto" && has_tools && !(ctx.tool && ctx.enable_auto_tool_choice))
+    throw bad_request("\"auto\" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set",
+                      "tool_choice");
+  const bool parse_tools = has_tools && choice == "auto";
+  r.choice.parallel_tool_calls = opt_bool(body, "parallel_tool_calls").value_or(true);
+
+  const std::string prompt = render_messages(body, ctx, true);
+  r.prompt_texts.push_back(prompt);
+  try {
+    r.prompts.push_back(ctx.tok->encode(prompt, true));
+  } catch (const std::exception& e) {
+    throw bad_request(std::string("cannot tokenize the prompt: ") + e.what(), "messages");
+  }
+  const bool separate_reasoning = opt_bool(body, "separate_reasoning").value_or(true);
+  if (ctx.reasoning && separate_reasoning) {
+    r.choice.reasoning = ctx.reasoning;
+    r.choice.reasoning_start = chat::ReasoningParser::prompt_starts_reasoning(*ctx.reasoning, prompt);
+  }
+  if (parse_tools) {
+    r.choice.tool = ctx.tool;
+    r.choice.tools = nlohmann::json::parse(tools->dump());
+  }
+  finish_limits(body, ctx, r, ctx.max_model_len > 0 ? ctx.max_model_len : (1 << 20));
+  return r;
+}
+
+ParsedRequest parse_completion_request(const ojson& body, const ServerContext& ctx) {
+  if (!body.is_object()) throw bad_request("the request body must be a JSON object");
+  ParsedRequest r;
+  r.chat = false;
+  r.model = check_model(body, ctx);
+  parse_sampling(body, ctx, r);
+  if (auto lp = opt_int(body, "logprobs")) {
+    if (*lp < 0 || *lp > 20) throw bad_request("'logprobs' must be in [0, 20]", "logprobs");
+    r.logprobs = true;
+    r.top_logprobs = int(*lp);
+  }
+  r.echo = opt_bool(body, "echo").value_or(false);
+  if (field(body, "suffix")) throw bad_request("'suffix' is not supported", "suffix");
+  if (auto bo = opt_int(body, "best_of"))
+    if (*bo != r.n) throw bad_request("'best_of' other than n is not supported", "best_of");
+  const ojson* p = field(body, "prompt");
+  if (!p) throw bad_request("'prompt' is required", "prompt");
+  const char* shape = "'prompt' must be a string, a list of token ids, or a list of either";
+  auto add_ids = [&](const ojson& a) {
+    std::vector<int32_t> ids;
+    for (auto& x : a) {
+      if (!x.is_number_integer()) throw bad_request(shape, "prompt");
+      ids.push_back(x.get<int32_t>());
+    }
+    for (int32_t id : ids)
+      if (!ctx.tok->is_valid(id)) throw bad_request("token id " + std::to_string(id) + " is not valid", "prompt");
+    r.prompt_texts.push_back(ctx.tok->decode(ids));
+    r.prompts.push_back(std::move(ids));
+  };
+  auto add_text = [&](const std::string& s) {
+    r.prompt_texts.push_back(s);
+    try {
+      r.prompts.push_back(ctx.tok->encode(s, true));
+    } catch (const std::exception& e) {
+      throw bad_request(std::string("cannot tokenize the prompt: ") + e.what(), "prompt");
+    }
+  };
+  if (p->is_string()) {
+    add_text(p->get<std::string>());
+  } else if (p->is_array() && !p->empty()) {
+    if ((*p)[0].is_number_integer()) {
+      add_ids(*p);
+    } else {
+      for (auto& e : *p) {
+        if (e.is_string()) add_text(e.get<std::string>());
+        else if (e.is_array() && !e.empty()) add_ids(e);
+        else throw bad_request(shape, "prompt");
+      }
+    }
+  } else {
+    throw bad_request(shape, "prompt");
+  }
+  finish_limits(body, ctx, r, 16);
+  return r;
+}
+
+// ---------------------------------------------------------------------------------------------
+
+ChoiceState::ChoiceState(const Tokenizer* tok, ChoiceOptions opt) : tok_(tok), opt_(std::move(opt)) {
+  const bool parsers = opt_.reasoning || opt_.tool;
+  if (tok_) detok_ = std::make_unique<IncrementalDetokenizer>(*tok_, parsers ? false : opt_.skip_special);
+  if (opt_.reasoning) rp_ = std::make_unique<chat::ReasoningParser>(*opt_.reasoning, opt_.reasoning_start);
+  if (opt_.tool) {
+    chat::ToolParserOptions to;
+    to.parallel_tool_calls = opt_.parallel_tool_calls;
+    tp_ = std::make_unique<chat::ToolParser>(*opt_.tool, opt_.tools, to);
+  }
+  for (auto& s : opt_.stop) max_stop_ = std::max(max_stop_, s.size());
+}
+
+std::vector<chat::ToolCall> ChoiceState::tool_calls() const {
+  return tp_ ? tp_->calls() : std::vector<chat::ToolCall>{};
+}
+
+ChoiceDelta ChoiceState::on_output(const RequestOutput& out) {
+  prompt_tokens = out.num_prompt_tokens;
+  cached_tokens = out.num_cached_tokens;
+  std::string text;
+  std::optional<int32_t> stop_token;
+  const size_t n = out.new_tokens.size();
+  for (size_t i = 0; i < n; ++i) {
+    const int32_t t = out.new_tokens[i];
+    tokens.push_back(t);
+    const bool is_stop_id = std::find(opt_.stop_token_ids.begin(), opt_.stop_token_ids.end(), t) !=
+                            opt_.stop_token_ids.end();
+    if (out.finished && out.finish_reason == FinishReason::Stop && i + 1 == n &&
+        (is_stop_id || t == opt_.eos_id)) {
+      if (is_stop_id) stop_token = t;
+      continue;  // the end token is not part of the text
+    }
+    if (detok_ && tok_->is_valid(t)) text += detok_->push(t);
+  }
+  if (out.finished && detok_) text += detok_->flush();
+  ChoiceDelta d = on_text(text, out.finished, out.finish_reason, stop_token);
+  d.tokens = out.new_tokens;
+  d.logprobs = out.new_logprobs;
+  logprobs.insert(logprobs.end(), out.new_logprobs.begin(), out.new_logprobs.end());
+  return d;
+}
+
+ChoiceDelta ChoiceState::on_text(std::string_view raw, bool fin, FinishReason reason,
+                                 std::optional<int32_t> stop_token) {
+  ChoiceDelta d;
+  std::string feed;
+  if (!stopped_) {
+    pending_.append(raw);
+    if (!opt_.stop.empty()) {
+      size_t best = std::string::npos;
+      const std::string* which = nullptr;
+      for (auto& s : opt_.stop) {
+        const size_t pos = pending_.find(s);
+        if (pos != std::string::npos && pos < best) {
+          best = pos;
+          which = &s;
+        }
+      }
+      if (which) {
+        stopped_ = true;
+        stop_reason = *which;
+        pending_.resize(best + (opt_.include_stop_str ? which->size() : 0));
+      }
+    }
+    size_t cut = pending_.size();
+    if (!stopped_ && !fin && max_stop_ > 1) {
+      // Hold back what could still become a stop string, on a UTF-8 boundary.
+      cut = pending_.size() > max_stop_ - 1 ? pending_.size() - (max_stop_ - 1) : 0;
+      while (cut > 0 && (uint8_t(pending_[cut]) & 0xC0) == 0x80) --cut;
+    }
+    feed = pending_.substr(0, cut);
+    pending_.erase(0, cut);
+  }
+  std::string content_piece;
+  if (rp_) {
+    chat::ReasoningDelta rd = rp_->feed(feed);
+    if (fin) {
+      chat::ReasoningDelta r2 = rp_->finish();
+      rd.reasoning += r2.reasoning;
+      rd.content += r2.content;
+    }
+    d.reasoning = std::move(rd.reasoning);
+    content_piece = std::move(rd.content);
+  } else {
+    content_piece = std::move(feed);
+  }
+  if (tp_) {
+    chat::ToolStreamDelta td = tp_->feed(content_piece);
+    if (fin) {
+      chat::ToolStreamDelta t2 = tp_->finish();
+      td.content += t2.content;
+      td.tool_calls.insert(td.tool_calls.end(), t2.tool_calls.begin(), t2.tool_calls.end());
+    }
+    d.content = std::move(td.content);
+    d.tool_calls = std::move(td.tool_calls);
+  } else {
+    d.content = std::move(content_piece);
+  }
+  content += d.content;
+  reasoning += d.reasoning;
+  if (fin) {
+    finished = d.finished = true;
+    switch (reason) {
+      case FinishReason::Length: finish_reason = "length"; break;
+      case FinishReason::Abort: finish_reason = "abort"; break;
+      default:
+        finish_reason = (tp_ && !tp_->calls().empty()) ? "tool_calls" : "stop";
+        if (stop_token) stop_reason = *stop_token;
+        break;
+    }
+  }
+  return d;
+}
+
+// ---------------------------------------------------------------------------------------------
+
+ojson usage_json(int64_t prompt_tokens, int64_t completion_tokens, int64_t cached_tokens) {
+  ojson u;
+  u["prompt_tokens"] = prompt_tokens;
+  u["completion_tokens"] = completion_tokens;
+  u["total_tokens"] = prompt_tokens + completion_tokens;
+  u["prompt_tokens_details"] = {{"cached_tokens", cached_tokens}};
+  return u;
+}
+
+ojson chat_message_json(const ChoiceState& c) {
+  ojson m;
+  m["role"] = "assistant";
+  const auto calls = c.tool_calls();
+  const bool null_content = c.content.empty() && (!calls.empty() || !c.reasoning.empty());
+  m["content"] = null_content ? ojson(nullptr) : ojson(c.content);
+  if (c.has_reasoning_parser()) {
+    m["reasoning"] = c.reasoning.empty() ? ojson(nullptr) : ojson(c.reasoning);
+    m["reasoning_content"] = m["reasoning"];
+  }
+  ojson tc = ojson::array();
+  for (auto& call : calls) {
+    ojson t;
+    t["id"] = call.id;
+    t["type"] = "function";
+    t["function"] = {{"name", call.name}, {"arguments", call.arguments}};
+    tc.push_back(t);
+  }
+  m["tool_calls"] = tc;
+  return m;
+}
+
+ojson chat_delta_json(const ChoiceDelta& d) {
+  ojson j = ojson::object();
+  if (!d.reasoning.empty()) {
+    j["reasoning"] = d.reasoning;
+    j["reasoning_content"] = d.reasoning;
+  }
+  if (!d.content.empty()) j["content"] = d.content;
+  if (!d.tool_calls.empty()) {
+    ojson arr = ojson::array();
+    for (auto& t : d.tool_calls) {
+      ojson x;
+      x["index"] = t.index;
+      if (t.id) {
+        x["id"] = *t.id;
+        x["type"] = "function";
+      }
+      ojson f = ojson::object();
+      if (t.name) f["name"] = *t.name;
+      f["arguments"] = t.arguments;
+      x["function"] = f;
+      arr.push_back(x);
+    }
+    j["tool_calls"] = arr;
+  }
+  return j;
+}
+
+namespace {
+ojson bytes_array(const std::string& s) {
+  ojson a = ojson::array();
+  for (unsigned char ch : s) a.push_back(int(ch));
+  return a;
+}
+std::string token_text(const Tokenizer& tok, int32_t id) {
+  return tok.is_valid(id) ? tok.token_bytes(id) : std::string();
+}
+}  // namespace
+
+ojson chat_logprobs_json(const Tokenizer& tok, const std::vector<TokenLogprob>& lps) {
+  ojson content = ojson::array();
+  for (auto& lp : lps) {
+    ojson e;
+    const std::string t = token_text(tok, lp.token);
+    e["token"] = t;
+    e["logprob"] = std::max(lp.logprob, -9999.0f);
+    e["bytes"] = bytes_array(t);
+    ojson top = ojson::array();
+    for (auto& [id, v] : lp.top) {
+      const std::string tt = token_text(tok, id);
+      top.push_back({{"token", tt}, {"logprob", std::max(v, -9999.0f)}, {"bytes", bytes_array(tt)}});
+    }
+    e["top_logprobs"] = top;
+    content.push_back(e);
+  }
+  return {{"content", content}};
+}
+
+ojson completion_logprobs_json(const Tokenizer& tok, const std::vector<TokenLogprob>& lps, size_t text_offset) {
+  ojson tokens = ojson::array(), tlp = ojson::array(), top = ojson::array(), offs = ojson::array();
+  for (auto& lp : lps) {
+    const std::string t = token_text(tok, lp.token);
+    tokens.push_back(t);
+    tlp.push_back(std::max(lp.logprob, -9999.0f));
+    ojson m = ojson::object();
+    for (auto& [id, v] : lp.top) m[token_text(tok, id)] = std::max(v, -9999.0f);
+    top.push_back(m);
+    offs.push_back(text_offset);
+    text_offset += t.size();
+  }
+  ojson j;
+  j["text_offset"] = offs;
+  j["token_logprobs"] = tlp;
+  j["tokens"] = tokens;
+  j["top_logprobs"] = top;
+  return j;
+}
+
+std::string make_id(const char* prefix) {
+  static thread_local std::mt19937_64 rng{std::random_device{}()};
+  static const char* hex = "0123456789abcdef";
+  std::string s = prefix;
+  for (int i = 0; i < 32; ++i) s += hex[rng() & 15];
+  return s;
+}
+
+std::string dump(const ojson& j) { return j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace); }
+
+}  // namespace m3::server
