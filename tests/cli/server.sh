@@ -1,0 +1,193 @@
+#!/usr/bin/env bash
+# `m3serve serve` end to end over HTTP (curl): starts the real server on a free port (--port 0, the
+# bound port is read from its log), waits for /health with a bounded retry loop, then checks chat and
+# completions (streamed and not, usage, n), models, health, version, metrics names, tokenize /
+# detokenize (ids equal `m3serve tokenize`), every error case with its status and error JSON, the
+# API key, a client that disconnects mid-stream (its request is aborted: running goes back to 0),
+# and a clean exit 0 on SIGTERM. The server is always killed at the end.
+# Usage: server.sh <m3serve> <tests/data> <tmpdir>
+set -euo pipefail
+BIN=$1
+DATA=$2
+TMP=$3
+rm -rf "$TMP"
+mkdir -p "$TMP"
+fail() { echo "FAIL: $*" >&2; echo "--- server log:" >&2; cat "$TMP/server.log" >&2 || true; exit 1; }
+command -v curl >/dev/null || fail "curl is needed"
+
+"$BIN" make-model --layout m31 --preset tiny --seed 3 --out "$TMP/model" 2>/dev/null
+cp "$DATA/chat/MiniMax-M3.jinja" "$TMP/model/chat_template.jinja"
+
+# Unknown flags are rejected by name; GPU-only recipe flags are accepted and reported.
+if "$BIN" serve "$TMP/model" --no-such-flag 2>"$TMP/unknown.err"; then fail "unknown flag accepted"; fi
+grep -q -- '--no-such-flag' "$TMP/unknown.err" || fail "unknown flag not named: $(cat "$TMP/unknown.err")"
+
+KEY=test-key-123
+"$BIN" serve "$TMP/model" --host 127.0.0.1 --port 0 --api-key "$KEY" --served-model-name tiny \
+  --max-model-len 1200 --kv-cache-memory 0.05 --block-size 128 --max-request-bytes 200000 \
+  --reasoning-parser minimax_m3 --tool-call-parser minimax_m3 --enable-auto-tool-choice \
+  --tensor-parallel-size 8 --compilation-config '{"cudagraph_mode": "FULL_AND_PIECEWISE"}' \
+  --speculative-config '{"method":"dspark","num_speculative_tokens":3}' --quantization-config.moe mxfp8 \
+  --disable-hybrid-kv-cache-manager --enable-dbo --gpu-memory-utilization 0.9 --no-enable-log-requests \
+  --limit-mm-per-prompt '{"video": 0}' --stream-interval 1 >"$TMP/server.log" 2>&1 &
+PID=$!
+trap 'kill -9 $PID 2>/dev/null || true' EXIT
+
+PORT=""
+for _ in $(seq 1 600); do
+  PORT=$(sed -n 's/.*listening on http:\/\/127\.0\.0\.1:\([0-9]*\).*/\1/p' "$TMP/server.log" | head -1)
+  [ -n "$PORT" ] && break
+  kill -0 $PID 2>/dev/null || fail "server exited during start-up"
+  sleep 0.1
+done
+[ -n "$PORT" ] || fail "server did not report its port"
+U=http://127.0.0.1:$PORT
+for i in $(seq 1 100); do
+  curl -s -o /dev/null --max-time 2 "$U/health" && break
+  [ "$i" = 100 ] && fail "/health never answered"
+  sleep 0.1
+done
+grep -q 'not applicable on this build.*--compilation-config' "$TMP/server.log" || fail "GPU flags not reported"
+grep -q 'KV cache:' "$TMP/server.log" || fail "engine describe() line missing"
+
+A=(-H "Authorization: Bearer $KEY" -H "Content-Type: application/json")
+# req METHOD PATH [BODY]: prints "STATUS BODY"
+req() {
+  local out
+  if [ $# -ge 3 ]; then out=$(curl -s -X "$1" "${A[@]}" -w '\n%{http_code}' "$U$2" --data-binary "$3")
+  else out=$(curl -s -X "$1" "${A[@]}" -w '\n%{http_code}' "$U$2"); fi
+  STATUS=$(echo "$out" | tail -1)
+  BODY=$(echo "$out" | sed '$d')
+}
+expect() {  # expect STATUS PATTERN WHAT
+  [ "$STATUS" = "$1" ] || fail "$3: status $STATUS, expected $1: $BODY"
+  echo "$BODY" | grep -q -- "$2" || fail "$3: body lacks $2: $BODY"
+}
+expect_error() {  # expect_error STATUS TYPE PARAM WHAT
+  expect "$1" "\"error\":{\"message\":\"[^\"]" "$4"
+  echo "$BODY" | grep -q "\"type\":\"$2\"" || fail "$4: error type: $BODY"
+  echo "$BODY" | grep -q "\"param\":$3" || fail "$4: error param: $BODY"
+  echo "$BODY" | grep -q "\"code\":$1" || fail "$4: error code: $BODY"
+}
+
+[ "$(curl -s -o /dev/null -w '%{http_code}' "$U/health")" = 200 ] || fail "/health"
+req GET /version; expect 200 '"version"' "/version"
+req GET /v1/models; expect 200 '"object":"list","data":\[{"id":"tiny","object":"model"' "/v1/models"
+echo "$BODY" | grep -q '"max_model_len":1200' || fail "/v1/models max_model_len: $BODY"
+
+# API key.
+out=$(curl -s -w '\n%{http_code}' "$U/v1/models"); STATUS=$(echo "$out" | tail -1); BODY=$(echo "$out" | sed '$d')
+expect_error 401 AuthenticationError null "no API key"
+out=$(curl -s -H "Authorization: Bearer wrong" -w '\n%{http_code}' "$U/v1/models"); STATUS=$(echo "$out" | tail -1); BODY=$(echo "$out" | sed '$d')
+expect_error 401 AuthenticationError null "wrong API key"
+
+# Chat, non-streaming.
+CHAT='{"model":"tiny","messages":[{"role":"user","content":"Hi"}],"max_tokens":6,"temperature":0}'
+req POST /v1/chat/completions "$CHAT"
+expect 200 '"object":"chat.completion"' "chat"
+echo "$BODY" | grep -q '"message":{"role":"assistant","content":' || fail "chat message: $BODY"
+echo "$BODY" | grep -q '"reasoning":' || fail "chat reasoning field: $BODY"
+echo "$BODY" | grep -q '"finish_reason":"\(length\|stop\)"' || fail "chat finish_reason: $BODY"
+echo "$BODY" | grep -q '"completion_tokens":[1-6],' || fail "chat usage: $BODY"
+FIRST=$BODY
+req POST /v1/chat/completions "$CHAT"
+[ "$(echo "$BODY" | sed 's/.*"message":\({[^}]*}\).*/\1/')" = "$(echo "$FIRST" | sed 's/.*"message":\({[^}]*}\).*/\1/')" ] ||
+  fail "greedy chat not reproducible"
+req POST /v1/chat/completions '{"messages":[{"role":"user","content":"Hi"}],"max_completion_tokens":3,"n":2,"seed":5,"logprobs":true,"top_logprobs":2}'
+expect 200 '"index":1' "chat n=2"
+echo "$BODY" | grep -q '"top_logprobs":\[{"token"' || fail "chat logprobs: $BODY"
+echo "$BODY" | grep -q '"completion_tokens":6,' || fail "chat n=2 usage: $BODY"
+
+# Chat, streaming with usage.
+curl -sN "${A[@]}" "$U/v1/chat/completions" \
+  -d '{"messages":[{"role":"user","content":"Hi"}],"max_tokens":5,"stream":true,"stream_options":{"include_usage":true}}' \
+  >"$TMP/stream.txt"
+grep -v '^$' "$TMP/stream.txt" | grep -v '^data: ' && fail "non-data SSE line"
+[ "$(grep -v '^$' "$TMP/stream.txt" | tail -1)" = "data: [DONE]" ] || fail "stream does not end with [DONE]"
+head -1 "$TMP/stream.txt" | grep -q '"object":"chat.completion.chunk".*"delta":{"role":"assistant","content":""}' ||
+  fail "first chunk: $(head -1 "$TMP/stream.txt")"
+grep -q '"choices":\[\],"usage":{"prompt_tokens":[0-9]*,"completion_tokens":5,' "$TMP/stream.txt" || fail "usage chunk"
+grep -q '"finish_reason":"length"' "$TMP/stream.txt" || fail "stream finish_reason"
+[ "$(grep -c '^data: {' "$TMP/stream.txt")" -ge 3 ] || fail "too few chunks"
+
+# Completions: text, token-id prompt, n, echo, stop handling, streaming.
+req POST /v1/completions '{"model":"tiny","prompt":"Hello world","max_tokens":4,"n":2,"temperature":0.7,"seed":1}'
+expect 200 '"object":"text_completion"' "completions"
+echo "$BODY" | grep -q '"index":1,"text":' || fail "completions n=2: $BODY"
+req POST /v1/completions '{"prompt":[72,297,394],"max_tokens":2,"echo":true,"logprobs":1}'
+expect 200 '"text":"Hello' "completions token prompt + echo"
+echo "$BODY" | grep -q '"token_logprobs":\[' || fail "completion logprobs: $BODY"
+curl -sN "${A[@]}" "$U/v1/completions" -d '{"prompt":"Hi","max_tokens":3,"stream":true}' >"$TMP/cstream.txt"
+grep -q '"object":"text_completion"' "$TMP/cstream.txt" || fail "completion stream chunks"
+[ "$(grep -v '^$' "$TMP/cstream.txt" | tail -1)" = "data: [DONE]" ] || fail "completion stream [DONE]"
+
+# Tokenize / detokenize.
+req POST /tokenize '{"prompt":"Hello world, how are you?"}'
+expect 200 '"count":' "tokenize"
+IDS=$(echo "$BODY" | sed 's/.*"tokens":\(\[[^]]*\]\).*/\1/')
+CLI_IDS=$("$BIN" tokenize --model "$TMP/model" --text "Hello world, how are you?" 2>/dev/null)
+[ "$IDS" = "$CLI_IDS" ] || fail "/tokenize ids $IDS != m3serve tokenize $CLI_IDS"
+req POST /detokenize "{\"tokens\":$IDS}"
+expect 200 '"prompt":"Hello world, how are you?"' "detokenize round trip"
+req POST /tokenize '{"messages":[{"role":"user","content":"Hi"}],"add_generation_prompt":true,"chat_template_kwargs":{"thinking_mode":"enabled"}}'
+expect 200 '"tokens":\[' "tokenize messages"
+
+# Errors.
+req POST /v1/chat/completions '{"messages": [oops'; expect_error 400 BadRequestError null "malformed JSON"
+req POST /v1/chat/completions '{"messages":[{"role":"user","content":"Hi"}],"temperature":"hot"}'
+expect_error 400 BadRequestError '"temperature"' "wrong field type"
+req POST /v1/completions '{"prompt":"Hi","max_tokens":"5"}'; expect_error 400 BadRequestError '"max_tokens"' "max_tokens type"
+req POST /v1/chat/completions '{"messages":"Hi"}'; expect_error 400 BadRequestError '"messages"' "messages type"
+req POST /v1/chat/completions '{"model":"gpt-4","messages":[{"role":"user","content":"Hi"}]}'
+expect_error 404 NotFoundError '"model"' "unknown model"
+req POST /v1/completions '{"prompt":"Hi","top_p":1.5}'; expect_error 400 BadRequestError '"top_p"' "invalid top_p"
+req POST /v1/completions '{"prompt":"Hi","temperature":-1}'; expect_error 400 BadRequestError '"temperature"' "negative temperature"
+req POST /v1/completions '{"prompt":"Hi","n":0}'; expect_error 400 BadRequestError '"n"' "n = 0"
+LONG=$(printf 'word %.0s' $(seq 1 1500))
+req POST /v1/completions "{\"prompt\":\"$LONG\"}"
+expect_error 400 BadRequestError '"prompt"' "prompt longer than --max-model-len"
+echo "$BODY" | grep -q "maximum context length is 1200" || fail "too-long message: $BODY"
+req POST /v1/completions '{"prompt":"Hi","max_tokens":5000}'; expect_error 400 BadRequestError '"max_tokens"' "max_tokens over the context"
+req POST /v1/chat/completions '{"messages":[{"role":"user","content":"Hi"}],"response_format":{"type":"json_object"}}'
+expect_error 400 BadRequestError '"response_format"' "response_format"
+TOOLS='[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object","properties":{"location":{"type":"string"}}}}}]'
+req POST /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"tools\":$TOOLS,\"tool_choice\":\"required\"}"
+expect_error 400 BadRequestError '"tool_choice"' "tool_choice required"
+req POST /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"Weather?\"}],\"tools\":$TOOLS,\"max_tokens\":4}"
+expect 200 '"tool_calls":\[' "chat with tools (auto)"
+head -c 300000 /dev/zero | tr '\0' 'a' >"$TMP/big.txt"
+out=$(curl -s "${A[@]}" -w '\n%{http_code}' "$U/v1/completions" --data-binary @"$TMP/big.txt")
+STATUS=$(echo "$out" | tail -1); BODY=$(echo "$out" | sed '$d')
+expect_error 413 RequestTooLargeError null "body over the limit"
+req GET /v1/nothing-here; expect_error 404 NotFoundError null "unknown route"
+
+# Metrics names.
+curl -s "$U/metrics" >"$TMP/metrics.txt"
+for m in vllm:num_requests_running vllm:num_requests_waiting vllm:kv_cache_usage_perc vllm:prefix_cache_queries_total \
+  vllm:prefix_cache_hits_total vllm:prompt_tokens_total vllm:generation_tokens_total \
+  vllm:time_to_first_token_seconds_bucket vllm:inter_token_latency_seconds_bucket vllm:e2e_request_latency_seconds_bucket \
+  vllm:request_success_total; do
+  grep -q "^$m{" "$TMP/metrics.txt" || fail "metric $m missing"
+done
+
+# A client that disconnects mid-stream: its request is aborted and its pages freed.
+curl -sN --max-time 0.5 "${A[@]}" "$U/v1/completions" \
+  -d '{"prompt":"Once upon a time","max_tokens":1150,"ignore_eos":true,"stream":true}' >"$TMP/cut.txt" || true
+grep -q '^data: {' "$TMP/cut.txt" || fail "no chunk before the disconnect"
+grep -q 'DONE' "$TMP/cut.txt" && fail "the long stream finished before the client left (make it longer)"
+ok=""
+for _ in $(seq 1 100); do
+  M=$(curl -s "$U/metrics")
+  if echo "$M" | grep -q '^vllm:num_requests_running{[^}]*} 0$' &&
+     echo "$M" | grep -q '^vllm:request_success_total{[^}]*finished_reason="abort"} [1-9]'; then ok=1; break; fi
+  sleep 0.1
+done
+[ -n "$ok" ] || fail "disconnected request still running: $(echo "$M" | grep -E 'running|abort')"
+echo "$M" | grep -q '^vllm:kv_cache_usage_perc{[^}]*} 0$' || true  # cached prefix pages may stay allocated
+
+# SIGTERM: exits 0.
+kill -TERM $PID
+rc=0; wait $PID || rc=$?
+trap - EXIT
+[ "$rc" = 0 ] || fail "exit status $rc after SIGTERM"
+echo "server.sh: all checks passed"
