@@ -1,0 +1,150 @@
+// The server's response-building layer on canned model output: ChoiceState runs the minimax_m3
+// reasoning and tool-call parsers over streamed text deltas (as the server feeds them), and the
+// message / delta / usage JSON and request validation match the OpenAI / vLLM shapes.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "server/errors.h"
+#include "server/openai_protocol.h"
+
+using namespace m3;
+using namespace m3::server;
+
+namespace {
+
+const std::string NS = "]<]minimax[>[";
+
+ChoiceOptions m3_options(bool start_in_reasoning) {
+  ChoiceOptions o;
+  o.reasoning = chat::ReasoningFormat::MiniMaxM3;
+  o.reasoning_start = start_in_reasoning;
+  o.tool = chat::ToolFormat::MiniMaxM3;
+  o.tools = nlohmann::json::parse(R"([{"type":"function","function":{"name":"get_weather","parameters":{
+      "type":"object","properties":{"location":{"type":"string"},"days":{"type":"integer"}}}}}])");
+  return o;
+}
+
+// Feeds `text` in pieces of `step` bytes; returns the streamed deltas' JSON and the final state.
+struct StreamRun {
+  std::string reasoning, content, args, name;
+  int tool_deltas = 0;
+};
+
+StreamRun stream(ChoiceState& s, const std::string& text, size_t step, FinishReason fr) {
+  StreamRun r;
+  for (size_t i = 0; i < text.size(); i += step) {
+    const bool last = i + step >= text.size();
+    ChoiceDelta d = s.on_text(text.substr(i, step), last, fr);
+    ojson j = chat_delta_json(d);
+    if (j.contains("reasoning")) {
+      EXPECT_EQ(j["reasoning"], j["reasoning_content"]);
+      r.reasoning += j["reasoning"].get<std::string>();
+    }
+    if (j.contains("content")) r.content += j["content"].get<std::string>();
+    if (j.contains("tool_calls"))
+      for (auto& t : j["tool_calls"]) {
+        ++r.tool_deltas;
+        if (t.contains("id")) {
+          EXPECT_EQ(t["type"], "function");
+          r.name = t["function"]["name"];
+          EXPECT_EQ(t["function"]["arguments"], "");
+        }
+        r.args += t["function"]["arguments"].get<std::string>();
+      }
+  }
+  return r;
+}
+
+}  // namespace
+
+TEST(ServerProtocol, ReasoningThenContentEverySplit) {
+  const std::string out = "The user asks for 2+2. Trivial.</mm:think>2 + 2 = 4.";
+  for (size_t step = 1; step <= out.size(); ++step) {
+    ChoiceState s(nullptr, m3_options(true));
+    StreamRun r = stream(s, out, step, FinishReason::Stop);
+    EXPECT_EQ(r.reasoning, "The user asks for 2+2. Trivial.") << "step " << step;
+    EXPECT_EQ(r.content, "2 + 2 = 4.") << "step " << step;
+    EXPECT_EQ(s.finish_reason, "stop");
+    ojson m = chat_message_json(s);
+    EXPECT_EQ(m["role"], "assistant");
+    EXPECT_EQ(m["content"], "2 + 2 = 4.");
+    EXPECT_EQ(m["reasoning"], "The user asks for 2+2. Trivial.");
+    EXPECT_EQ(m["reasoning_content"], m["reasoning"]);
+    EXPECT_TRUE(m["tool_calls"].empty());
+  }
+}
+
+TEST(ServerProtocol, ToolCallAfterReasoningEverySplit) {
+  const std::string out = "Need the weather.</mm:think>Checking.\n" + NS + "<tool_call>\n" + NS +
+                          "<invoke name=\"get_weather\">" + NS + "<location>Paris" + NS + "</location>" + NS +
+                          "<days>3" + NS + "</days>" + NS + "</invoke>\n" + NS + "</tool_call>";
+  for (size_t step = 1; step <= out.size(); step += (step < 20 ? 1 : 7)) {
+    ChoiceState s(nullptr, m3_options(true));
+    StreamRun r = stream(s, out, step, FinishReason::Stop);
+    EXPECT_EQ(r.reasoning, "Need the weather.");
+    EXPECT_EQ(r.content.find("minimax"), std::string::npos) << "marker leaked at step " << step;
+    EXPECT_EQ(r.content.find("<tool_call>"), std::string::npos);
+    EXPECT_EQ(r.name, "get_weather");
+    EXPECT_EQ(r.args, "{\"location\": \"Paris\", \"days\": 3}") << "step " << step;
+    EXPECT_EQ(s.finish_reason, "tool_calls");
+    ojson m = chat_message_json(s);
+    ASSERT_EQ(m["tool_calls"].size(), 1u);
+    EXPECT_EQ(m["tool_calls"][0]["function"]["name"], "get_weather");
+    EXPECT_EQ(m["tool_calls"][0]["function"]["arguments"], r.args);
+    EXPECT_EQ(m["tool_calls"][0]["id"].get<std::string>().rfind("chatcmpl-tool-", 0), 0u);
+  }
+}
+
+TEST(ServerProtocol, LengthInsideReasoningAndStopStrings) {
+  {
+    ChoiceState s(nullptr, m3_options(true));
+    StreamRun r = stream(s, "still thinking about it", 4, FinishReason::Length);
+    EXPECT_EQ(r.reasoning, "still thinking about it");
+    EXPECT_EQ(s.finish_reason, "length");
+    EXPECT_TRUE(chat_message_json(s)["content"].is_null());
+  }
+  {
+    ChoiceOptions o;
+    o.stop = {"END"};
+    ChoiceState s(nullptr, o);
+    EXPECT_EQ(s.on_text("abc", false, FinishReason::None).content, "a");  // "bc" could start "END"
+    EXPECT_EQ(s.on_text(" EN", false, FinishReason::None).content, "bc ");  // "EN" is held back
+    ChoiceDelta d = s.on_text("D tail", true, FinishReason::Stop);
+    EXPECT_EQ(d.content, "");
+    EXPECT_EQ(s.content, "abc ");
+    EXPECT_EQ(s.stop_reason, "END");
+  }
+}
+
+TEST(ServerProtocol, UsageAndErrorShapes) {
+  ojson u = usage_json(10, 5, 4);
+  EXPECT_EQ(u.dump(), R"({"prompt_tokens":10,"completion_tokens":5,"total_tokens":15,"prompt_tokens_details":{"cached_tokens":4}})");
+  ojson e = error_body(404, "The model `x` does not exist.", "model");
+  EXPECT_EQ(e.dump(),
+            R"({"error":{"message":"The model `x` does not exist.","type":"NotFoundError","param":"model","code":404}})");
+}
+
+TEST(ServerProtocol, RequestValidationNamesTheField) {
+  ServerContext ctx;
+  ctx.served_names = {"m"};
+  auto status_param = [&](const char* body) -> std::pair<int, std::string> {
+    try {
+      parse_completion_request(ojson::parse(body), ctx);
+    } catch (const ApiError& e) {
+      return {e.status, e.param};
+    }
+    return {0, ""};
+  };
+  EXPECT_EQ(status_param(R"({"model":"other","prompt":"x"})"), std::make_pair(404, std::string("model")));
+  EXPECT_EQ(status_param(R"({"prompt":"x","temperature":"a"})"), std::make_pair(400, std::string("temperature")));
+  EXPECT_EQ(status_param(R"({"prompt":"x","top_p":0})"), std::make_pair(400, std::string("top_p")));
+  EXPECT_EQ(status_param(R"({"prompt":"x","stop":[1]})"), std::make_pair(400, std::string("stop")));
+  EXPECT_EQ(status_param(R"({"prompt":"x","stream_options":{"include_usage":true}})"),
+            std::make_pair(400, std::string("stream_options")));
+  EXPECT_EQ(status_param(R"({"prompt":"x","response_format":{"type":"json_schema"}})"),
+            std::make_pair(400, std::string("response_format")));
+  EXPECT_EQ(status_param(R"({"prompt":{"a":1}})").first, 400);
+  EXPECT_EQ(status_param(R"([1,2])").first, 400);
+}
