@@ -40,11 +40,20 @@ test-asan: deps
 	cmake --build $(BUILD_ASAN) -j $(JOBS) --target loader_tests m3serve
 	OMP_WAIT_POLICY=passive ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 $(BUILD_ASAN)/tests/loader_tests
 
-# Until the server and the trained demo model land: generate a small random-weight M3.1-layout
-# model and stream a completion from it.
+# Build, then serve the built-in demo model (models/demo) on 127.0.0.1:8000. While the trained demo
+# checkpoint is not in the tree, a small random-weight M3.1-layout model is generated instead (it
+# speaks noise, but every endpoint works).
 run: build
-	@test -f $(DEMO_MODEL)/config.json || $(BUILD)/m3serve make-model --layout m31 --preset tiny --seed 1 --out $(DEMO_MODEL)
-	$(BUILD)/m3serve generate --model $(DEMO_MODEL) --prompt "Hello, world" --max-tokens 32
+	@if [ -f models/demo/config.json ]; then model=models/demo; else \
+	  model=$(DEMO_MODEL); \
+	  if [ ! -f $(DEMO_MODEL)/config.json ]; then \
+	    $(BUILD)/m3serve make-model --layout m31 --preset tiny --seed 1 --out $(DEMO_MODEL) && \
+	    cp tests/data/chat/MiniMax-M3.jinja $(DEMO_MODEL)/chat_template.jinja; \
+	  fi; \
+	fi; \
+	echo "serving $$model on http://127.0.0.1:8000"; \
+	exec $(BUILD)/m3serve serve $$model --host 127.0.0.1 --port 8000 \
+	  --reasoning-parser minimax_m3 --tool-call-parser minimax_m3 --enable-auto-tool-choice
 
 clean:
 	rm -rf $(BUILD) $(BUILD_ASAN)
