@@ -10,5 +10,6 @@ void register_logits(CLI::App& app);
 void register_tokenize(CLI::App& app);    // also registers `detokenize`
 void register_make_model(CLI::App& app);
 void register_serve(CLI::App& app);       // cmd_serve.cpp: the OpenAI-compatible server
+void register_bench(CLI::App& app);       // cmd_bench.cpp: bench serve / bench roofline
 
 }  // namespace m3::cli

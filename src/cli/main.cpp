@@ -25,6 +25,7 @@ int main(int argc, char** argv) {
   m3::cli::register_tokenize(app);
   m3::cli::register_make_model(app);
   m3::cli::register_serve(app);
+  m3::cli::register_bench(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,0 +1,358 @@
+// `m3serve bench roofline` (see roofline.h): streaming-read and FMA probes, then decode and prefill
+// steps of the model, timed whole (Model::forward) and per kernel class through the public kernel
+// entry points (linear_forward on the real weights, attention_batch over a filled SeqCache,
+// moe_route), with bytes and FLOPs counted from the shapes.
+#include "bench/roofline.h"
+
+#include <immintrin.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "formats/error.h"
+#include "kernels/cpu/dispatch.h"
+#include "kernels/cpu/linear.h"
+#include "model/attention.h"
+#include "model/model.h"
+#include "model/moe.h"
+#include "model/msa_select.h"
+
+namespace m3::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double now_s() { return std::chrono::duration<double>(Clock::now().time_since_epoch()).count(); }
+
+// Best wall time of `reps` runs of fn.
+double best_time(int reps, const std::function<void()>& fn) {
+  double best = 1e300;
+  for (int r = 0; r < std::max(1, reps); ++r) {
+    const double t = now_s();
+    fn();
+    best = std::min(best, now_s() - t);
+  }
+  return best;
+}
+
+bool have_avx2_fma() { return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"); }
+
+__attribute__((target("avx2,fma"))) float read_slice_avx2(const float* p, size_t n) {
+  __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+  size_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    a0 = _mm256_add_ps(a0, _mm256_load_ps(p + i));
+    a1 = _mm256_add_ps(a1, _mm256_load_ps(p + i + 8));
+    a2 = _mm256_add_ps(a2, _mm256_load_ps(p + i + 16));
+    a3 = _mm256_add_ps(a3, _mm256_load_ps(p + i + 24));
+  }
+  __m256 s = _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3));
+  float out[8];
+  _mm256_storeu_ps(out, s);
+  float r = 0;
+  for (float x : out) r += x;
+  for (; i < n; ++i) r += p[i];
+  return r;
+}
+
+float read_slice_scalar(const float* p, size_t n) {
+  float a[8] = {};
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int j = 0; j < 8; ++j) a[j] += p[i + j];
+  float r = 0;
+  for (float x : a) r += x;
+  for (; i < n; ++i) r += p[i];
+  return r;
+}
+
+// 12 independent FMA chains per thread (FMA latency 4 x 2 ports needs at least 8 in flight).
+__attribute__((target("avx2,fma"))) float fma_loop_avx2(int64_t iters, float seed) {
+  __m256 acc[12];
+  for (int j = 0; j < 12; ++j) acc[j] = _mm256_set1_ps(seed + 0.001f * j);
+  const __m256 a = _mm256_set1_ps(0.999999f), b = _mm256_set1_ps(1e-7f);
+  for (int64_t i = 0; i < iters; ++i) {
+#pragma GCC unroll 12
+    for (int j = 0; j < 12; ++j) acc[j] = _mm256_fmadd_ps(acc[j], a, b);
+  }
+  __m256 s = acc[0];
+  for (int j = 1; j < 12; ++j) s = _mm256_add_ps(s, acc[j]);
+  float out[8];
+  _mm256_storeu_ps(out, s);
+  return out[0] + out[7];
+}
+
+volatile float g_sink;
+
+struct Row {
+  std::string cls, how;
+  double t = 0, bytes = 0, flops = 0;
+};
+
+void print_table(const char* title, const std::vector<Row>& rows, const MachineLimits& lim, double whole_s,
+                 int64_t tokens) {
+  std::printf("\n%s\n", title);
+  std::printf("%-28s %9s %9s %9s %8s %6s %9s %6s  %s\n", "kernel class", "time ms", "MB", "GFLOP", "GB/s", "%BW",
+              "GFLOP/s", "%FMA", "how measured");
+  double sum_t = 0, sum_b = 0, sum_f = 0;
+  for (const auto& r : rows) {
+    const double gbs = r.t > 0 ? r.bytes / r.t / 1e9 : 0, gfs = r.t > 0 ? r.flops / r.t / 1e9 : 0;
+    std::printf("%-28s %9.3f %9.2f %9.3f %8.2f %5.0f%% %9.2f %5.0f%%  %s\n", r.cls.c_str(), r.t * 1e3, r.bytes / 1e6,
+                r.flops / 1e9, gbs, 100 * gbs / lim.read_gbs, gfs, 100 * gfs / lim.fma_gflops, r.how.c_str());
+    sum_t += r.t;
+    sum_b += r.bytes;
+    sum_f += r.flops;
+  }
+  const double gbs = sum_b / sum_t / 1e9, gfs = sum_f / sum_t / 1e9;
+  std::printf("%-28s %9.3f %9.2f %9.3f %8.2f %5.0f%% %9.2f %5.0f%%  %s\n", "sum of classes", sum_t * 1e3, sum_b / 1e6,
+              sum_f / 1e9, gbs, 100 * gbs / lim.read_gbs, gfs, 100 * gfs / lim.fma_gflops, "sum of the rows above");
+  const double wg = sum_b / whole_s / 1e9, wf = sum_f / whole_s / 1e9;
+  std::printf("%-28s %9.3f %9s %9s %8.2f %5.0f%% %9.2f %5.0f%%  %s\n", "whole step (Model::forward)", whole_s * 1e3, "", "",
+              wg, 100 * wg / lim.read_gbs, wf, 100 * wf / lim.fma_gflops,
+              "timed Model::forward; bytes/FLOPs of the classes");
+  std::printf("  -> %.2f tokens/s (%lld token%s per step); classes cover %.0f%% of the step time\n",
+              double(tokens) / whole_s, (long long)tokens, tokens == 1 ? "" : "s", 100 * sum_t / whole_s);
+}
+
+}  // namespace
+
+MachineLimits measure_limits(double probe_mib, int threads) {
+  MachineLimits lim;
+  lim.threads = threads > 0 ? threads : omp_get_max_threads();
+  const bool avx2 = have_avx2_fma();
+  lim.isa = avx2 ? "avx2+fma" : "scalar";
+  // Streaming read: a buffer far beyond the caches, one contiguous slice per thread, best of 5 passes.
+  const size_t n = size_t(probe_mib * 1024 * 1024 / 4) / 64 * 64;
+  float* buf = static_cast<float*>(std::aligned_alloc(64, n * 4));
+  if (!buf) throw Error("cannot allocate the bandwidth probe buffer");
+#pragma omp parallel for num_threads(lim.threads) schedule(static)
+  for (size_t i = 0; i < n; ++i) buf[i] = float(i & 7) * 0.25f;  // first touch by the reading thread
+  double best = 1e300;
+  for (int pass = 0; pass < 6; ++pass) {
+    float total = 0;
+    const double t = now_s();
+#pragma omp parallel num_threads(lim.threads) reduction(+ : total)
+    {
+      const int nt = omp_get_num_threads(), id = omp_get_thread_num();
+      const size_t per = (n / size_t(nt)) / 32 * 32;
+      const size_t lo = per * size_t(id), cnt = id == nt - 1 ? n - lo : per;
+      total += avx2 ? read_slice_avx2(buf + lo, cnt) : read_slice_scalar(buf + lo, cnt);
+    }
+    const double dt = now_s() - t;
+    g_sink = total;
+    if (pass > 0) best = std::min(best, dt);  // pass 0 warms the TLB
+  }
+  std::free(buf);
+  lim.read_gbs = double(n) * 4 / best / 1e9;
+  // FMA peak: every thread runs independent chains; best of 3.
+  const int64_t iters = 20'000'000;
+  double fbest = 1e300;
+  for (int pass = 0; pass < 3; ++pass) {
+    float total = 0;
+    const double t = now_s();
+#pragma omp parallel num_threads(lim.threads) reduction(+ : total)
+    {
+      if (avx2) total += fma_loop_avx2(iters, float(omp_get_thread_num()));
+      else {
+        float a[8] = {};
+        for (int64_t i = 0; i < iters / 4; ++i)
+          for (int j = 0; j < 8; ++j) a[j] = a[j] * 0.999999f + 1e-7f;
+        total += a[0];
+      }
+    }
+    fbest = std::min(fbest, now_s() - t);
+    g_sink = total;
+  }
+  const double flops_per_thread = avx2 ? double(iters) * 12 * 8 * 2 : double(iters / 4) * 8 * 2;
+  lim.fma_gflops = flops_per_thread * lim.threads / fbest / 1e9;
+  return lim;
+}
+
+void run_roofline(const RooflineOptions& o) {
+  if (o.threads > 0) omp_set_num_threads(o.threads);
+  if (o.context < 1 || o.prefill < 1) throw Error("--context and --prefill must be at least 1");
+  const MachineLimits lim = measure_limits(o.probe_mib, o.threads);
+  std::printf("machine: %d threads, probe ISA %s, kernels dispatch to %s\n", lim.threads, lim.isa.c_str(), cpu_ops().name);
+  std::printf("  memory read bandwidth: %.2f GB/s  (streaming read of %.0f MiB, best of 5 passes)\n", lim.read_gbs,
+              o.probe_mib);
+  std::printf("  FMA peak:              %.2f GFLOP/s  (12 independent 8-wide FMA chains per thread)\n", lim.fma_gflops);
+
+  Model model(o.model_dir);
+  const ModelConfig& c = model.config();
+  const Weights& W = model.weights();
+  std::printf("model: %s\n  %s\n", o.model_dir.c_str(), c.summary().c_str());
+  std::printf("  weights %.1f MB, active per decoded token %.1f MB\n", W.total_bytes() / 1e6, W.active_bytes_per_token() / 1e6);
+
+  std::mt19937 rng(1);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  auto rnd = [&](std::vector<float>& v) {
+    for (auto& x : v) x = nd(rng) * 0.5f;
+  };
+  const int D = c.head_dim, G = c.n_kv_heads, ID = c.index_dim;
+  const int64_t kvw = int64_t(G) * D, qw = int64_t(c.n_heads) * D;
+
+  // A cache holding random K/V (and index keys) for positions [0, need).
+  const int64_t need = std::max(o.context + 1, o.prefill) + 1;
+  SeqCache cache = model.new_cache(need + 8);
+  {
+    std::vector<float> k(static_cast<size_t>(kvw)), v(static_cast<size_t>(kvw)), ik(static_cast<size_t>(std::max(ID, 1)));
+    for (int l = 0; l < c.n_layers; ++l)
+      for (int64_t p = 0; p < need; ++p) {
+        rnd(k);
+        rnd(v);
+        rnd(ik);
+        cache.store(l, p, k.data(), v.data(), c.sparse_layer[l] ? ik.data() : nullptr);
+      }
+  }
+  std::vector<float> logits(size_t(c.vocab));
+
+  // Whole steps through Model::forward.
+  std::vector<int32_t> toks(size_t(o.prefill));
+  for (auto& t : toks) t = int32_t(rng() % uint32_t(c.vocab));
+  const double decode_whole = best_time(o.repeats, [&] {
+    cache.n_tokens = o.context;
+    model.forward(toks.data(), 1, cache, logits.data());
+  });
+  const double prefill_whole = best_time(std::min(o.repeats, 2), [&] {
+    cache.n_tokens = 0;
+    model.forward(toks.data(), o.prefill, cache, logits.data());
+  });
+
+  // Per class: the kernels called directly on the real weights.
+  auto classes = [&](int64_t T, bool decode) {
+    std::map<std::string, Row> acc;
+    std::vector<std::string> order;
+    auto add = [&](const std::string& cls, const std::string& how, double t, double bytes, double flops) {
+      if (!acc.count(cls)) order.push_back(cls);
+      Row& r = acc[cls];
+      r.cls = cls;
+      r.how = how;
+      r.t += t;
+      r.bytes += bytes;
+      r.flops += flops;
+    };
+    int64_t maxk = std::max<int64_t>({c.hidden, qw, c.dense_inter, c.moe_inter, c.shared_inter});
+    std::vector<float> x(size_t(T * maxk)), y(size_t(T * std::max<int64_t>(maxk, c.vocab)));
+    rnd(x);
+    auto lin = [&](const std::string& cls, const Linear& L, int64_t rows) {
+      if (L.empty() || rows == 0) return;
+      const double t = best_time(o.repeats, [&] { linear_forward(L, x.data(), rows, y.data()); });
+      add(cls, "linear_forward on the real weights", t, double(L.bytes()) + 4.0 * rows * (L.K + L.N),
+          2.0 * rows * L.N * L.K);
+    };
+    const int64_t start = decode ? o.context : 0;
+    std::vector<float> q(size_t(T * qw)), iq(size_t(T * std::max(c.index_heads * ID, 1))), out(size_t(T * qw));
+    rnd(q);
+    rnd(iq);
+    std::vector<float> m(size_t(T * c.hidden));
+    rnd(m);
+    std::vector<int32_t> ex(size_t(T * std::max(c.experts_per_tok, 1)));
+    std::vector<float> ew(ex.size());
+    const MsaParams mp = MsaParams::from(c);
+    for (int l = 0; l < c.n_layers; ++l) {
+      const LayerWeights& L = W.layer(l);
+      const bool sparse = c.sparse_layer[l];
+      for (const Linear* p : {&L.attn.q, &L.attn.k, &L.attn.v, &L.attn.o}) lin("attention projections", *p, T);
+      if (sparse) {
+        lin("index projections", L.attn.index_q, T);
+        lin("index projections", L.attn.index_k, T);
+      }
+      // Attention over the filled cache.
+      cache.n_tokens = start + T;
+      AttnSeq seq{&cache, start, T, 0};
+      const double t_att = best_time(o.repeats, [&] {
+        attention_batch(c, l, &seq, 1, q.data(), sparse ? iq.data() : nullptr, AttentionPath::Sparse, out.data());
+      });
+      // Index scoring: the same scan attention_batch does (the kernels' dot over every index key up to
+      // the position, per group), replayed here to split it from the block attention.
+      double t_idx = 0, idx_bytes = 0, idx_flops = 0, att_tokens = 0;
+      for (int64_t t = 0; t < T; ++t) {
+        const int64_t pos = start + t;
+        const bool scored = sparse && !msa_all_visible(pos, mp);
+        if (scored) {
+          idx_bytes += double(G) * (pos + 1) * ID * 4;
+          idx_flops += 2.0 * G * (pos + 1) * ID;
+          att_tokens += double(std::min<int64_t>(int64_t(mp.topk) * mp.block_size, pos + 1));
+        } else {
+          att_tokens += double(pos + 1);
+        }
+      }
+      if (idx_flops > 0) {
+        const CpuOps& ops = cpu_ops();
+        t_idx = best_time(o.repeats, [&] {
+          float sink = 0;
+#pragma omp parallel for schedule(dynamic, 1) reduction(+ : sink)
+          for (int64_t w = 0; w < T * G; ++w) {
+            const int64_t t = w / G, pos = start + t;
+            const int g = int(w % G);
+            if (msa_all_visible(pos, mp)) continue;
+            const float* iqg = iq.data() + t * int64_t(c.index_heads) * ID + int64_t(g) * ID;
+            const int chunk = cache.chunk();
+            std::vector<float> ibuf(size_t(chunk) * ID);
+            for (int64_t b = 0; b <= pos / chunk; ++b) {
+              const int64_t lo = b * chunk, n = std::min<int64_t>(pos, lo + chunk - 1) - lo + 1;
+              int64_t st;
+              const float* ik = cache.ik_rows(l, lo, n, ibuf.data(), &st);
+              float mx = -1e30f;
+              for (int64_t j = 0; j < n; ++j) mx = std::max(mx, ops.dot(iqg, ik + j * st, ID));
+              sink += mx;
+            }
+          }
+          g_sink = sink;
+        });
+        add("index scoring", "replay of attention_batch's index scan (cpu_ops().dot)", t_idx, idx_bytes, idx_flops);
+      }
+      add(sparse ? "sparse attention" : "dense attention",
+          sparse ? "attention_batch(Sparse) minus the index-scoring replay" : "attention_batch", std::max(0.0, t_att - t_idx),
+          double(G) * att_tokens * D * 2 * 4, 4.0 * c.n_heads * att_tokens * D);
+      // FFN.
+      if (!c.moe_layer[l]) {
+        lin("dense MLP", L.mlp.gate, T);
+        lin("dense MLP", L.mlp.up, T);
+        lin("dense MLP", L.mlp.down, T);
+        continue;
+      }
+      const double t_route = best_time(o.repeats, [&] { moe_route(c, L, m.data(), T, RouteDecision{ex.data(), ew.data()}); });
+      add("router", "moe_route", t_route, 4.0 * c.n_experts * c.hidden + 4.0 * T * c.hidden, 2.0 * T * c.n_experts * c.hidden);
+      std::vector<int64_t> count(size_t(c.n_experts), 0);
+      for (int32_t e : ex) if (e >= 0 && e < c.n_experts) count[size_t(e)]++;
+      for (int e = 0; e < c.n_experts; ++e) {
+        if (!count[size_t(e)]) continue;
+        const ExpertWeights& E = L.experts[size_t(e)];
+        lin("routed experts", E.gate, count[size_t(e)]);
+        lin("routed experts", E.up, count[size_t(e)]);
+        lin("routed experts", E.down, count[size_t(e)]);
+      }
+      if (L.has_shared) {
+        lin("shared expert", L.shared.gate, T);
+        lin("shared expert", L.shared.up, T);
+        lin("shared expert", L.shared.down, T);
+      }
+    }
+    lin("lm_head", W.lm_head(), 1);  // logits for the last token only, as forward() does
+    std::vector<Row> rows;
+    for (auto& k : order) rows.push_back(acc[k]);
+    return rows;
+  };
+
+  std::printf("\nlimits: %.2f GB/s read, %.2f GFLOP/s FMA; %%BW and %%FMA are fractions of these.\n", lim.read_gbs,
+              lim.fma_gflops);
+  std::printf("bytes: weights read once per call + fp32 activations in/out; KV and index keys as fp32 rows read.\n");
+  print_table(fmt::format("DECODE: 1 token at context {} (best of {})", o.context, o.repeats).c_str(), classes(1, true), lim,
+              decode_whole, 1);
+  print_table(fmt::format("PREFILL: {} tokens from an empty cache (best of {})", o.prefill, std::min(o.repeats, 2)).c_str(),
+              classes(o.prefill, false), lim, prefill_whole, o.prefill);
+}
+
+}  // namespace m3::bench

@@ -1,0 +1,32 @@
+// `m3serve bench roofline`: this machine's limits (streaming read bandwidth, FMA peak) measured with
+// its own probes, then the model's decode and prefill steps timed per kernel class (projections,
+// index branch, sparse attention, routed / shared experts, dense MLP, lm_head) and set against them.
+#pragma once
+#include <cstdint>
+#include <string>
+
+namespace m3::bench {
+
+struct RooflineOptions {
+  std::string model_dir;
+  int64_t context = 512;   // tokens already in the cache for the decode step
+  int64_t prefill = 512;   // tokens in the prefill step
+  int repeats = 3;         // timed repetitions (the best is kept)
+  int threads = 0;         // 0: OpenMP default
+  double probe_mib = 512;  // bandwidth probe buffer
+};
+
+// Machine limits from the probes.
+struct MachineLimits {
+  double read_gbs = 0;   // GB/s (1e9 bytes/s), streaming read over a buffer >> caches
+  double fma_gflops = 0; // GFLOP/s (an FMA is 2 FLOPs), all threads
+  std::string isa;
+  int threads = 1;
+};
+
+MachineLimits measure_limits(double probe_mib, int threads);
+
+// Runs everything and prints the report to stdout.
+void run_roofline(const RooflineOptions& opt);
+
+}  // namespace m3::bench
