@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# `m3serve bench serve` smoke run against a real `m3serve serve` of a tiny model (port 0, read from
+# the log): the random dataset on /v1/completions (4 prompts, small lengths, --save-result and
+# --plot) and the agentic dataset on chat completions (prefix-cache hit rate from /metrics); checks
+# the report and the result JSON fields. Also `bench roofline` argument errors. Server always killed.
+# Usage: bench.sh <m3serve> <tests/data> <tmpdir>
+set -euo pipefail
+BIN=$1
+DATA=$2
+TMP=$3
+rm -rf "$TMP"
+mkdir -p "$TMP"
+fail() { echo "FAIL: $*" >&2; echo "--- server log:" >&2; tail -20 "$TMP/server.log" >&2 || true; exit 1; }
+
+"$BIN" make-model --layout m31 --preset tiny --seed 5 --out "$TMP/model" 2>/dev/null
+cp "$DATA/chat/MiniMax-M3.jinja" "$TMP/model/chat_template.jinja"
+"$BIN" serve "$TMP/model" --host 127.0.0.1 --port 0 --served-model-name tiny --max-model-len 1024 \
+  --kv-cache-memory 0.05 >"$TMP/server.log" 2>&1 &
+PID=$!
+trap 'kill -9 $PID 2>/dev/null || true' EXIT
+PORT=""
+for _ in $(seq 1 600); do
+  PORT=$(sed -n 's/.*listening on http:\/\/127\.0\.0\.1:\([0-9]*\).*/\1/p' "$TMP/server.log" | head -1)
+  [ -n "$PORT" ] && break
+  kill -0 $PID 2>/dev/null || fail "server exited during start-up"
+  sleep 0.1
+done
+[ -n "$PORT" ] || fail "server did not report its port"
+
+# Random dataset, model name from /v1/models, prompts built with the server's tokenizer endpoints.
+"$BIN" bench serve --base-url "http://127.0.0.1:$PORT" --dataset-name random --num-prompts 4 \
+  --random-input-len 32 --random-output-len 8 --max-concurrency 2 --ignore-eos --seed 1 \
+  --save-result "$TMP/random.json" --plot "$TMP/random.svg" >"$TMP/random.out" 2>"$TMP/random.err" \
+  || fail "bench serve random: $(cat "$TMP/random.err")"
+for k in "Successful requests:" "Mean TTFT (ms):" "P99 TPOT (ms):" "Median ITL (ms):" "P90 E2EL (ms):" \
+  "Output token throughput" "Total token throughput"; do
+  grep -q "$k" "$TMP/random.out" || fail "report lacks $k"
+done
+J=$TMP/random.json
+for k in completed failed duration total_input_tokens total_output_tokens request_throughput output_throughput \
+  total_token_throughput mean_ttft_ms median_ttft_ms p90_ttft_ms p99_ttft_ms mean_tpot_ms p99_tpot_ms mean_itl_ms \
+  p99_itl_ms mean_e2el_ms p99_e2el_ms model_id; do
+  grep -q "\"$k\":" "$J" || fail "result JSON lacks $k"
+done
+grep -q '"completed": 4' "$J" || fail "not all 4 requests completed: $(cat "$J")"
+grep -q '"failed": 0' "$J" || fail "failed requests: $(cat "$J")"
+grep -q '"total_output_tokens": 32' "$J" || fail "ignore_eos: expected 4 x 8 output tokens: $(cat "$J")"
+grep -q '"model_id": "tiny"' "$J" || fail "model name not taken from /v1/models"
+grep -q '<svg' "$TMP/random.svg" || fail "no SVG plot"
+
+# Agentic multi-turn sessions on chat completions.
+"$BIN" bench serve --port "$PORT" --dataset-name agentic --num-sessions 2 --turns 2 --random-input-len 64 \
+  --tool-result-len 16 --random-output-len 4 --no-progress --save-result "$TMP/agentic.json" >"$TMP/agentic.out" \
+  2>"$TMP/agentic.err" || fail "bench serve agentic: $(cat "$TMP/agentic.err")"
+grep -q "Prefix cache hit rate:" "$TMP/agentic.out" || fail "agentic report lacks the hit rate"
+for k in tok_per_s tok_per_s_per_user p90_ttft_ms prefix_cache_hit_rate num_sessions turns; do
+  grep -q "\"$k\":" "$TMP/agentic.json" || fail "agentic JSON lacks $k"
+done
+grep -q '"completed": 4' "$TMP/agentic.json" || fail "agentic: not all 4 turns completed"
+grep -q '"prefix_cache_hit_rate": 0\.[0-9]' "$TMP/agentic.json" || fail "agentic: no prefix-cache hits: $(cat "$TMP/agentic.json")"
+
+# Bad arguments are refused by name.
+if "$BIN" bench serve --port "$PORT" --endpoint /v1/nothing --num-prompts 1 >/dev/null 2>"$TMP/bad.err"; then
+  fail "bad endpoint accepted"
+fi
+grep -q -- "--endpoint" "$TMP/bad.err" || fail "bad endpoint not named: $(cat "$TMP/bad.err")"
+if "$BIN" bench roofline >/dev/null 2>"$TMP/roof.err"; then fail "roofline without --model accepted"; fi
+grep -q -- "--model" "$TMP/roof.err" || fail "roofline: --model not named"
+echo "bench.sh: OK"
