@@ -75,4 +75,7 @@ demo-model: build
 	fi
 	cd tools/train && $(DEMO_PY) data.py && $(DEMO_PY) bpe.py && \
 	  $(DEMO_PY) train.py --steps 330 --batch 8 --seq 512 --lr 3e-3 --threads 1 && \
+	  cp work/ckpt.pt work/ckpt_stage1.pt && \
+	  $(DEMO_PY) train.py --init work/ckpt_stage1.pt --steps 180 --batch 8 --seq 512 --lr 1.5e-3 \
+	    --conv-frac 0.8 --seed 2 --threads 1 && \
 	  $(DEMO_PY) export.py && $(DEMO_PY) evaluate.py --write-tests && $(DEMO_PY) dspark.py

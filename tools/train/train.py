@@ -52,6 +52,7 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--qat-from", type=float, default=0.75, help="fraction of steps after which fake quant is on")
     ap.add_argument("--kl-every", type=int, default=4)
+    ap.add_argument("--init", default=None, help="continue from this checkpoint (new schedule)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
@@ -60,6 +61,8 @@ def main():
     vocab_size = len(vocab["model"]["vocab"]) + len(vocab["added_tokens"])
     cfg = default_config(vocab_size)
     model = M3Model(cfg, seed=args.seed)
+    if args.init:
+        model.load_state_dict(torch.load(args.init)["model"])
     n_params = sum(p.numel() for p in model.parameters())
     print("parameters: %d (%.2f M)" % (n_params, n_params / 1e6), flush=True)
     datasets = [load("train", "kjv"), load("train", "conv")]
