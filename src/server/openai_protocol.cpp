@@ -165,6 +165,22 @@ void finish_limits(const ojson& b, const ServerContext& ctx, ParsedRequest& r, i
 
 }  // namespace
 
+ForcedToolPrefix forced_tool_prefix(chat::ToolFormat fmt, const std::string& name, bool close_think) {
+  ForcedToolPrefix p;
+  std::string think_close;
+  if (fmt == chat::ToolFormat::MiniMaxM3) {
+    const std::string ns = "]<]minimax[>[";
+    p.parser_text = ns + "<tool_call>\n" + ns + "<invoke name=\"";
+    think_close = "</mm:think>";
+  } else {
+    p.parser_text = "<minimax:tool_call>\n<invoke name=\"";
+    think_close = "</think>\n";
+  }
+  if (!name.empty()) p.parser_text += name + "\">";
+  p.prompt_suffix = (close_think ? think_close : std::string()) + p.parser_text;
+  return p;
+}
+
 std::string check_model(const ojson& body, const ServerContext& ctx) {
   auto m = opt_str(body, "model");
   if (!m) return ctx.served_names.front();
@@ -235,27 +251,58 @@ ParsedRequest parse_chat_request(const ojson& body, const ServerContext& ctx) {
       throw bad_request("'tool_choice' must be a string or an object", "tool_choice");
     }
   }
-  if ((choice == "required" || choice == "named") && has_tools)
+  std::string forced_name;  // tool_choice {"type": "function", "function": {"name": ...}}
+  if (choice == "named") {
+    const ojson& tc = *field(body, "tool_choice");
+    const ojson* fn = field(tc, "function");
+    if (!fn || !fn->is_object() || !fn->contains("name") || !(*fn)["name"].is_string())
+      throw bad_request("a named 'tool_choice' must be {\"type\": \"function\", \"function\": {\"name\": ...}}",
+                        "tool_choice");
+    forced_name = (*fn)["name"].get<std::string>();
+  }
+  const bool forced = choice == "required" || choice == "named";
+  if (forced && !has_tools)
+    throw bad_request("When using `tool_choice`, `tools` must be set.", "tool_choice");
+  if (forced && !ctx.tool)
     throw bad_request("tool_choice '" + std::string(choice == "named" ? "a named function" : "required") +
-                          "' needs guided decoding, which this server does not have; use 'auto' or 'none'",
+                          "' requires --tool-call-parser to be set",
                       "tool_choice");
+  std::vector<std::string> tool_names;
+  if (has_tools)
+    for (auto& t : *tools)
+      if (t.is_object() && t.contains("function") && t["function"].is_object() && t["function"].contains("name") &&
+          t["function"]["name"].is_string())
+        tool_names.push_back(t["function"]["name"].get<std::string>());
+  if (!forced_name.empty() && std::find(tool_names.begin(), tool_names.end(), forced_name) == tool_names.end())
+    throw bad_request("tool_choice names the function '" + forced_name + "', which is not in 'tools'", "tool_choice");
   if (choice == "auto" && has_tools && !(ctx.tool && ctx.enable_auto_tool_choice))
     throw bad_request("\"auto\" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set",
                       "tool_choice");
-  const bool parse_tools = has_tools && choice == "auto";
+  const bool parse_tools = has_tools && (choice == "auto" || forced);
   r.choice.parallel_tool_calls = opt_bool(body, "parallel_tool_calls").value_or(true);
 
-  const std::string prompt = render_messages(body, ctx, true);
+  std::string prompt = render_messages(body, ctx, true);
+  const bool separate_reasoning = opt_bool(body, "separate_reasoning").value_or(true);
+  bool reasoning_start = ctx.reasoning && chat::ReasoningParser::prompt_starts_reasoning(*ctx.reasoning, prompt);
+  if (forced) {
+    // Force the generation prefix: the tool-call opener (and, for a named function, the whole invoke
+    // tag) goes right after the generation prompt. A prompt that opened a think block gets it closed
+    // first, as thinking_mode "disabled" renders it: a forced call skips reasoning.
+    const ForcedToolPrefix fp = forced_tool_prefix(*ctx.tool, forced_name, reasoning_start);
+    prompt += fp.prompt_suffix;
+    r.choice.forced_tool_text = fp.parser_text;
+    r.choice.allowed_tool_names = tool_names;
+    reasoning_start = false;
+  }
   r.prompt_texts.push_back(prompt);
   try {
     r.prompts.push_back(ctx.tok->encode(prompt, true));
   } catch (const std::exception& e) {
     throw bad_request(std::string("cannot tokenize the prompt: ") + e.what(), "messages");
   }
-  const bool separate_reasoning = opt_bool(body, "separate_reasoning").value_or(true);
   if (ctx.reasoning && separate_reasoning) {
     r.choice.reasoning = ctx.reasoning;
-    r.choice.reasoning_start = chat::ReasoningParser::prompt_starts_reasoning(*ctx.reasoning, prompt);
+    r.choice.reasoning_start = reasoning_start;
   }
   if (parse_tools) {
     r.choice.tool = ctx.tool;
@@ -333,10 +380,40 @@ ChoiceState::ChoiceState(const Tokenizer* tok, ChoiceOptions opt) : tok_(tok), o
     tp_ = std::make_unique<chat::ToolParser>(*opt_.tool, opt_.tools, to);
   }
   for (auto& s : opt_.stop) max_stop_ = std::max(max_stop_, s.size());
+  if (tp_ && !opt_.forced_tool_text.empty()) forced_deltas_ = tp_->feed(opt_.forced_tool_text).tool_calls;
+}
+
+bool ChoiceState::name_allowed(const std::string& name) const {
+  return opt_.allowed_tool_names.empty() ||
+         std::find(opt_.allowed_tool_names.begin(), opt_.allowed_tool_names.end(), name) !=
+             opt_.allowed_tool_names.end();
+}
+
+// Drops deltas of calls whose name is not allowed and renumbers the rest densely, so streamed
+// indices match the positions in tool_calls().
+std::vector<chat::ToolCallDelta> ChoiceState::filter_calls(std::vector<chat::ToolCallDelta> in) {
+  std::vector<chat::ToolCallDelta> out;
+  for (auto& d : in) {
+    auto it = call_index_.find(d.index);
+    if (it == call_index_.end()) {
+      int next = 0;
+      for (auto& [k, v] : call_index_) next += v >= 0;
+      const bool ok = !d.name || name_allowed(*d.name);
+      it = call_index_.emplace(d.index, ok ? next : -1).first;
+    }
+    if (it->second < 0) continue;
+    d.index = it->second;
+    out.push_back(std::move(d));
+  }
+  return out;
 }
 
 std::vector<chat::ToolCall> ChoiceState::tool_calls() const {
-  return tp_ ? tp_->calls() : std::vector<chat::ToolCall>{};
+  std::vector<chat::ToolCall> out;
+  if (!tp_) return out;
+  for (auto& c : tp_->calls())
+    if (name_allowed(c.name)) out.push_back(c);
+  return out;
 }
 
 ChoiceDelta ChoiceState::on_output(const RequestOutput& out) {
@@ -417,7 +494,11 @@ ChoiceDelta ChoiceState::on_text(std::string_view raw, bool fin, FinishReason re
       td.tool_calls.insert(td.tool_calls.end(), t2.tool_calls.begin(), t2.tool_calls.end());
     }
     d.content = std::move(td.content);
-    d.tool_calls = std::move(td.tool_calls);
+    if (!forced_deltas_.empty()) {
+      td.tool_calls.insert(td.tool_calls.begin(), forced_deltas_.begin(), forced_deltas_.end());
+      forced_deltas_.clear();
+    }
+    d.tool_calls = filter_calls(std::move(td.tool_calls));
   } else {
     d.content = std::move(content_piece);
   }
@@ -429,7 +510,7 @@ ChoiceDelta ChoiceState::on_text(std::string_view raw, bool fin, FinishReason re
       case FinishReason::Length: finish_reason = "length"; break;
       case FinishReason::Abort: finish_reason = "abort"; break;
       default:
-        finish_reason = (tp_ && !tp_->calls().empty()) ? "tool_calls" : "stop";
+        finish_reason = !tool_calls().empty() ? "tool_calls" : "stop";
         if (stop_token) stop_reason = *stop_token;
         break;
     }

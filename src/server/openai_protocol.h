@@ -5,6 +5,7 @@
 // responses, stream chunks and usage.
 #pragma once
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -54,6 +55,11 @@ struct ChoiceOptions {
   std::vector<int32_t> stop_token_ids;
   int32_t eos_id = -1;
   bool include_stop_str = false;
+  // tool_choice "required" / a named function: the tool-call markup forced into the prompt after
+  // the generation prompt, fed to the tool parser before the generated text so it sees whole calls.
+  std::string forced_tool_text;
+  // Non-empty: calls naming other functions are dropped (tool_choice "required" validates names).
+  std::vector<std::string> allowed_tool_names;
 };
 
 struct ParsedRequest {
@@ -68,6 +74,15 @@ struct ParsedRequest {
   int top_logprobs = 0;
   ChoiceOptions choice;
 };
+
+// The generation prefix forced for tool_choice "required" (name empty: the model writes the name)
+// or a named function: `parser_text` is the tool-call opener as the model would write it (M3:
+// NS<tool_call>\nNS<invoke name=" [+ NAME">]); `prompt_suffix` is what is appended to the rendered
+// prompt: the opener, after a think-close tag when the prompt left a think block open.
+struct ForcedToolPrefix {
+  std::string prompt_suffix, parser_text;
+};
+ForcedToolPrefix forced_tool_prefix(chat::ToolFormat fmt, const std::string& name, bool close_think);
 
 // Throws ApiError (400 with the field, 404 for an unknown model).
 ParsedRequest parse_chat_request(const ojson& body, const ServerContext& ctx);
@@ -114,6 +129,10 @@ class ChoiceState {
   std::unique_ptr<chat::ReasoningParser> rp_;
   std::unique_ptr<chat::ToolParser> tp_;
   std::string pending_;
+  std::vector<chat::ToolCallDelta> forced_deltas_;  // from forced_tool_text, sent with the first output
+  std::map<int, int> call_index_;                   // parser index -> output index (-1: dropped name)
+  std::vector<chat::ToolCallDelta> filter_calls(std::vector<chat::ToolCallDelta> in);
+  bool name_allowed(const std::string& name) const;
   bool stopped_ = false;
   size_t max_stop_ = 0;
 };

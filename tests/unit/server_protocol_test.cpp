@@ -3,6 +3,8 @@
 // message / delta / usage JSON and request validation match the OpenAI / vLLM shapes.
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -147,4 +149,128 @@ TEST(ServerProtocol, RequestValidationNamesTheField) {
             std::make_pair(400, std::string("response_format")));
   EXPECT_EQ(status_param(R"({"prompt":{"a":1}})").first, 400);
   EXPECT_EQ(status_param(R"([1,2])").first, 400);
+}
+
+// ---- tool_choice "required" and a named function: forced generation prefix -----------------
+
+namespace {
+
+ChoiceOptions forced_options(const std::string& name) {
+  ChoiceOptions o = m3_options(false);
+  o.forced_tool_text = forced_tool_prefix(chat::ToolFormat::MiniMaxM3, name, false).parser_text;
+  o.allowed_tool_names = {"get_weather"};
+  return o;
+}
+
+const std::string kBody = NS + "<location>Paris" + NS + "</location>" + NS + "<days>3" + NS + "</days>" + NS +
+                          "</invoke>\n" + NS + "</tool_call>";
+
+}  // namespace
+
+TEST(ServerProtocol, ForcedToolPrefixText) {
+  auto named = forced_tool_prefix(chat::ToolFormat::MiniMaxM3, "get_weather", false);
+  EXPECT_EQ(named.parser_text, NS + "<tool_call>\n" + NS + "<invoke name=\"get_weather\">");
+  EXPECT_EQ(named.prompt_suffix, named.parser_text);
+  auto req = forced_tool_prefix(chat::ToolFormat::MiniMaxM3, "", true);
+  EXPECT_EQ(req.parser_text, NS + "<tool_call>\n" + NS + "<invoke name=\"");
+  EXPECT_EQ(req.prompt_suffix, "</mm:think>" + req.parser_text);
+}
+
+TEST(ServerProtocol, NamedToolChoiceEverySplit) {
+  for (size_t step = 1; step <= kBody.size(); ++step) {
+    ChoiceState s(nullptr, forced_options("get_weather"));
+    StreamRun r = stream(s, kBody, step, FinishReason::Stop);
+    EXPECT_EQ(r.name, "get_weather") << "step " << step;
+    EXPECT_EQ(r.args, "{\"location\": \"Paris\", \"days\": 3}") << "step " << step;
+    EXPECT_EQ(r.content, "");
+    EXPECT_EQ(s.finish_reason, "tool_calls");
+    ojson m = chat_message_json(s);
+    ASSERT_EQ(m["tool_calls"].size(), 1u);
+    EXPECT_EQ(m["tool_calls"][0]["function"]["name"], "get_weather");
+    EXPECT_EQ(m["tool_calls"][0]["function"]["arguments"], "{\"location\": \"Paris\", \"days\": 3}");
+    EXPECT_TRUE(m["content"].is_null());
+  }
+}
+
+TEST(ServerProtocol, RequiredToolChoiceValidatesTheName) {
+  const std::string good = "get_weather\">" + kBody;
+  for (size_t step = 1; step <= good.size(); step += 3) {
+    ChoiceState s(nullptr, forced_options(""));
+    StreamRun r = stream(s, good, step, FinishReason::Stop);
+    EXPECT_EQ(r.name, "get_weather");
+    EXPECT_EQ(r.args, "{\"location\": \"Paris\", \"days\": 3}") << "step " << step;
+    EXPECT_EQ(s.finish_reason, "tool_calls");
+  }
+  // A name that is not a tool: the call is dropped (also from the stream); no markup leaks.
+  const std::string bad = "launch_rockets\">" + kBody;
+  for (size_t step = 1; step <= bad.size(); step += 5) {
+    ChoiceState s(nullptr, forced_options(""));
+    StreamRun r = stream(s, bad, step, FinishReason::Stop);
+    EXPECT_EQ(r.tool_deltas, 0) << "step " << step;
+    EXPECT_EQ(r.content.find("minimax"), std::string::npos);
+    EXPECT_EQ(s.finish_reason, "stop");
+    EXPECT_TRUE(chat_message_json(s)["tool_calls"].empty());
+  }
+  // A bad call followed by a good one: the good one is index 0.
+  const std::string two = "nope\">" + NS + "</invoke>\n" + NS + "<invoke name=\"get_weather\">" + kBody;
+  ChoiceState s(nullptr, forced_options(""));
+  ChoiceDelta d = s.on_text(two, true, FinishReason::Stop);
+  ASSERT_FALSE(d.tool_calls.empty());
+  for (auto& t : d.tool_calls) EXPECT_EQ(t.index, 0);
+  ASSERT_EQ(s.tool_calls().size(), 1u);
+  EXPECT_EQ(s.tool_calls()[0].name, "get_weather");
+}
+
+TEST(ServerProtocol, ToolChoiceForcesThePrompt) {
+  Tokenizer tok = Tokenizer::from_dir(std::string(M3_TEST_DATA) + "/tokenizer/m3-tiny");
+  std::ifstream f(std::string(M3_TEST_DATA) + "/chat/MiniMax-M3.jinja");
+  std::stringstream ss;
+  ss << f.rdbuf();
+  ServerContext ctx;
+  ctx.served_names = {"m"};
+  ctx.tok = &tok;
+  ctx.chat_template = std::make_shared<chat::ChatTemplate>(ss.str());
+  ctx.bos_token = "]~b]";
+  ctx.eos_token = "[e~[";
+  ctx.reasoning = chat::ReasoningFormat::MiniMaxM3;
+  ctx.tool = chat::ToolFormat::MiniMaxM3;
+  ojson body = ojson::parse(R"({"messages":[{"role":"user","content":"weather in Paris?"}],
+    "tools":[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object",
+      "properties":{"location":{"type":"string"},"days":{"type":"integer"}}}}}],
+    "tool_choice":{"type":"function","function":{"name":"get_weather"}}})");
+  const std::string opener = NS + "<tool_call>\n" + NS + "<invoke name=\"get_weather\">";
+  ParsedRequest r = parse_chat_request(body, ctx);
+  const std::string& p = r.prompt_texts[0];
+  ASSERT_GE(p.size(), opener.size());
+  EXPECT_EQ(p.substr(p.size() - opener.size()), opener);
+  EXPECT_EQ(r.choice.forced_tool_text, opener);
+  EXPECT_TRUE(r.choice.tool.has_value());
+  EXPECT_FALSE(r.choice.reasoning_start);
+  // thinking enabled: the open think block is closed (empty) before the opener; reasoning is skipped.
+  body["chat_template_kwargs"] = {{"thinking_mode", "enabled"}};
+  r = parse_chat_request(body, ctx);
+  EXPECT_NE(r.prompt_texts[0].find("ai\n<mm:think></mm:think>" + opener), std::string::npos);
+  EXPECT_FALSE(r.choice.reasoning_start);
+  // required
+  body["tool_choice"] = "required";
+  r = parse_chat_request(body, ctx);
+  EXPECT_EQ(r.choice.forced_tool_text, NS + "<tool_call>\n" + NS + "<invoke name=\"");
+  // Errors: unknown name, no tools, no parser.
+  auto status = [&](const ojson& b, const ServerContext& c) {
+    try {
+      parse_chat_request(b, c);
+    } catch (const ApiError& e) {
+      return e.status;
+    }
+    return 0;
+  };
+  ojson b2 = body;
+  b2["tool_choice"] = {{"type", "function"}, {"function", {{"name", "other"}}}};
+  EXPECT_EQ(status(b2, ctx), 400);
+  ojson b3 = body;
+  b3.erase("tools");
+  EXPECT_EQ(status(b3, ctx), 400);
+  ServerContext no_parser = ctx;
+  no_parser.tool.reset();
+  EXPECT_EQ(status(body, no_parser), 400);
 }
