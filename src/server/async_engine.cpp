@@ -40,7 +40,7 @@ void OutputStream::fail(const std::string& why) {
 }
 
 AsyncEngine::AsyncEngine(Engine& engine, Metrics& metrics) : engine_(engine), metrics_(metrics) {
-  stats_ = engine_.stats();
+  publish_stats();
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -57,13 +57,18 @@ void AsyncEngine::stop() {
 }
 
 bool AsyncEngine::alive() const {
-  std::lock_guard lk(mu_);
-  return !dead_ && !stop_;
+  return !dead_.load() && !stop_.load();
 }
 
 EngineStats AsyncEngine::stats() const {
-  std::lock_guard lk(mu_);
+  std::lock_guard lk(stats_mu_);
   return stats_;
+}
+
+void AsyncEngine::publish_stats() {
+  EngineStats s = engine_.stats();
+  std::lock_guard lk(stats_mu_);
+  stats_ = s;
 }
 
 std::shared_ptr<OutputStream> AsyncEngine::submit(std::vector<EngineRequest> reqs) {
@@ -155,23 +160,29 @@ void AsyncEngine::loop() {
     aborts_.clear();
     dispatch(aborted);
     if (engine_.has_work()) {
+      // The step runs without the lock: only this thread touches the engine, and submitters,
+      // aborts, /health and /metrics must not wait for a whole step.
+      lk.unlock();
       std::vector<RequestOutput> outs;
+      std::string failure;
       try {
         outs = engine_.step();
       } catch (const std::exception& e) {
-        std::fprintf(stderr, "[m3serve] engine step failed: %s\n", e.what());
+        failure = e.what();
+      }
+      if (!failure.empty()) {
+        std::fprintf(stderr, "[m3serve] engine step failed: %s\n", failure.c_str());
+        lk.lock();
         dead_ = true;
-        for (auto& [id, t] : tracks_) t.stream->fail(std::string("engine error: ") + e.what());
+        for (auto& [id, t] : tracks_) t.stream->fail("engine error: " + failure);
         tracks_.clear();
         break;
       }
-      stats_ = engine_.stats();
-      // Hand outputs over without the lock so submitters are not held up.
-      lk.unlock();
+      publish_stats();
       dispatch(outs);
       lk.lock();
     } else {
-      stats_ = engine_.stats();
+      publish_stats();
     }
   }
   // Stopping (or dead): abort everything left so every stream ends.
@@ -189,7 +200,7 @@ void AsyncEngine::loop() {
     p->done = true;
   }
   submits_.clear();
-  stats_ = engine_.stats();
+  publish_stats();
   done_cv_.notify_all();
 }
 

@@ -2,7 +2,10 @@
 // step() while there is work (sleeping on a condition variable otherwise); HTTP threads submit
 // requests through a queue and wait for acceptance, read their outputs from a per-request
 // OutputStream (condition variable, no polling sleeps), and abort requests whose client went away.
+// step() runs without the queue lock; stats are a snapshot published after each step, so /health
+// and /metrics never wait for a step.
 #pragma once
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -80,8 +83,10 @@ class AsyncEngine {
   std::deque<std::shared_ptr<Pending>> submits_;
   std::vector<std::string> aborts_;
   std::map<std::string, Track> tracks_;  // engine thread only
-  EngineStats stats_;
-  bool stop_ = false, dead_ = false;
+  void publish_stats();
+  mutable std::mutex stats_mu_;  // guards stats_ only: readers never wait for a step
+  EngineStats stats_;            // snapshot published after each step
+  std::atomic<bool> stop_{false}, dead_{false};
   std::thread thread_;
 };
 
