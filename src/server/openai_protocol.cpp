@@ -306,7 +306,7 @@ ParsedRequest parse_chat_request(const ojson& body, const ServerContext& ctx) {
   }
   if (parse_tools) {
     r.choice.tool = ctx.tool;
-    r.choice.tools = nlohmann::json::parse(tools->dump());
+    r.choice.tools = nlohmann::json::parse(dump(*tools));  // dump() replaces invalid UTF-8
   }
   finish_limits(body, ctx, r, ctx.max_model_len > 0 ? ctx.max_model_len : (1 << 20));
   return r;
