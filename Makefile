@@ -8,7 +8,7 @@ DEB_PACKAGES = g++ cmake make pkg-config libgtest-dev libbenchmark-dev nlohmann-
                libcpp-httplib-dev libssl-dev zlib1g-dev libbrotli-dev curl
 DEMO_MODEL ?= $(BUILD)/demo-model
 
-.PHONY: all deps configure build test test-asan run clean
+.PHONY: all deps configure build test test-asan run clean soak
 
 all: build
 
@@ -55,6 +55,11 @@ run: build
 	exec $(BUILD)/m3serve serve $$model --host 127.0.0.1 --port 8000 \
 	  --reasoning-parser minimax_m3 --tool-call-parser minimax_m3 --enable-auto-tool-choice
 
+# Soak (not part of make test): 64 streaming clients for 60 s against a tiny model; every token
+# checked against a greedy reference, RSS printed. SOAK_CLIENTS / SOAK_SECONDS override.
+soak: build
+	tools/soak.sh $(BUILD)/m3serve
+
 clean:
 	rm -rf $(BUILD) $(BUILD_ASAN)
 
@@ -64,7 +69,7 @@ clean:
 DEMO_TRAIN_PACKAGES = python3-torch python3-numpy python3-jinja2 python3-regex bible-kjv bible-kjv-text \
                       libopenblas0-pthread
 DEMO_PY = nice -n 19 /usr/bin/python3
-.PHONY: demo-model
+.PHONY: demo-model soak
 demo-model: build
 	@missing=""; for p in $(DEMO_TRAIN_PACKAGES); do \
 	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"; \
