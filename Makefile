@@ -69,7 +69,7 @@ clean:
 DEMO_TRAIN_PACKAGES = python3-torch python3-numpy python3-jinja2 python3-regex bible-kjv bible-kjv-text \
                       libopenblas0-pthread
 DEMO_PY = nice -n 19 /usr/bin/python3
-.PHONY: demo-model soak
+.PHONY: demo-model
 demo-model: build
 	@missing=""; for p in $(DEMO_TRAIN_PACKAGES); do \
 	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"; \

@@ -107,12 +107,15 @@ ojson usage_of(const Call& c) {
   return usage_json(prompt, completion, cached);
 }
 
-// Waits for every choice to finish (non-streaming).
-void collect(Call& c) {
+// Collects outputs until every choice has finished or `budget` has passed; true when finished.
+bool collect_for(Call& c, std::chrono::milliseconds budget) {
+  const auto end = std::chrono::steady_clock::now() + budget;
   std::vector<RequestOutput> outs;
   while (c.remaining > 0) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(end - std::chrono::steady_clock::now());
+    if (left.count() <= 0) return false;
     outs.clear();
-    if (!c.stream->wait(outs, std::chrono::milliseconds(1000))) throw ApiError(500, c.stream->error());
+    if (!c.stream->wait(outs, std::min(left, std::chrono::milliseconds(1000)))) throw ApiError(500, c.stream->error());
     for (auto& o : outs) {
       auto it = c.index.find(o.request_id);
       if (it == c.index.end()) continue;
@@ -120,6 +123,7 @@ void collect(Call& c) {
       if (o.finished) --c.remaining;
     }
   }
+  return true;
 }
 
 ojson chat_response(const Call& c, const Tokenizer& tok) {
@@ -285,13 +289,46 @@ bool stream_step(Call& c, const ServerContext& ctx, int interval, httplib::DataS
 void respond(AsyncEngine& ae, const ServerContext& ctx, const HttpOptions& opt, std::shared_ptr<Call> c,
              httplib::Response& res) {
   if (!c->pr.stream) {
+    // cpp-httplib 0.11 tells a handler nothing about its connection (no is_connection_closed), so a
+    // non-streaming request first gets kDirectWait to finish and is answered normally. A longer one
+    // switches to a chunked response whose body starts with whitespace heartbeats (JSON allows
+    // leading whitespace): a write to a client that went away fails, and the request is aborted and
+    // its pages freed. The status is then already 200, so a later engine failure sends the error JSON
+    // as the body.
+    constexpr std::chrono::milliseconds kDirectWait{1000}, kHeartbeat{250};
+    bool done = false;
     try {
-      collect(*c);
+      done = collect_for(*c, kDirectWait);
     } catch (...) {
       ae.abort(c->ids);
       throw;
     }
-    send_json(res, 200, c->pr.chat ? chat_response(*c, *ctx.tok) : completion_response(*c, *ctx.tok));
+    auto body = [c, &ctx] {
+      return dump(c->pr.chat ? chat_response(*c, *ctx.tok) : completion_response(*c, *ctx.tok));
+    };
+    if (done) {
+      res.status = 200;
+      res.set_content(body(), "application/json");
+      return;
+    }
+    res.set_chunked_content_provider(
+        "application/json",
+        [c, body, kHeartbeat](size_t, httplib::DataSink& sink) {
+          std::string out;
+          try {
+            if (collect_for(*c, kHeartbeat)) out = body();
+          } catch (const ApiError& e) {
+            out = dump(error_body(e.status, e.what()));
+            c->remaining = 0;
+          }
+          if (out.empty()) return sink.write(" ", 1);  // heartbeat: fails once the client is gone
+          if (!sink.write(out.data(), out.size())) return false;
+          sink.done();
+          return true;
+        },
+        [c, &ae](bool) {
+          if (c->remaining > 0) ae.abort(c->ids);  // client gone before the end: free its pages
+        });
     return;
   }
   const int interval = std::max(1, opt.stream_interval);

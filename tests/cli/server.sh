@@ -3,7 +3,8 @@
 # bound port is read from its log), waits for /health with a bounded retry loop, then checks chat and
 # completions (streamed and not, usage, n), models, health, version, metrics names, tokenize /
 # detokenize (ids equal `m3serve tokenize`), every error case with its status and error JSON, the
-# API key, a client that disconnects mid-stream (its request is aborted: running goes back to 0),
+# API key, a client that disconnects mid-stream or during a long non-streaming request (its request is
+# aborted: running goes back to 0),
 # and a clean exit 0 on SIGTERM. The server is always killed at the end.
 # Usage: server.sh <m3serve> <tests/data> <tmpdir>
 set -euo pipefail
@@ -190,6 +191,25 @@ for _ in $(seq 1 100); do
 done
 [ -n "$ok" ] || fail "disconnected request still running: $(echo "$M" | grep -E 'running|abort')"
 echo "$M" | grep -q '^vllm:kv_cache_usage_perc{[^}]*} 0$' || true  # cached prefix pages may stay allocated
+
+# A client that disconnects during a long non-streaming request: after the direct wait the server
+# sends whitespace heartbeats, the write fails, and the request is aborted (abort count goes up).
+aborts() { curl -s "$U/metrics" | sed -n 's/^vllm:request_success_total{[^}]*finished_reason="abort"} \([0-9]*\).*/\1/p' | head -1; }
+A0=$(aborts)
+curl -s --max-time 1.5 "${A[@]}" "$U/v1/completions" \
+  -d '{"prompt":"Once upon a time","max_tokens":1150,"ignore_eos":true}' >"$TMP/cut2.txt" || true
+grep -q '"choices"' "$TMP/cut2.txt" && fail "the long non-streaming request finished before the client left"
+ok=""
+for _ in $(seq 1 100); do
+  M=$(curl -s "$U/metrics")
+  if echo "$M" | grep -q '^vllm:num_requests_running{[^}]*} 0$' && [ "$(aborts)" -gt "$A0" ]; then ok=1; break; fi
+  sleep 0.1
+done
+[ -n "$ok" ] || fail "disconnected non-streaming request not aborted: $(echo "$M" | grep -E 'running|abort')"
+# A non-streaming request longer than the direct wait still returns valid JSON (leading whitespace).
+req POST /v1/completions '{"prompt":"Once upon a time","max_tokens":300,"ignore_eos":true}'
+expect 200 '"finish_reason":"length"' "long non-streaming request"
+echo "$BODY" | python3 -c 'import json,sys; json.load(sys.stdin)' || fail "long non-streaming body is not JSON"
 
 # SIGTERM: exits 0.
 kill -TERM $PID
