@@ -8,6 +8,7 @@
 #include <httplib.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/socket.h>
 
 #include <chrono>
 #include <cstdio>
@@ -469,6 +470,16 @@ void run_http_server(Engine& engine, const ServerContext& ctx, const HttpOptions
              send_json(res, 200, {{"prompt", ctx.tok->decode(ids)}});
            }));
 
+  // cpp-httplib 0.11 listens with a backlog of 5, so many clients connecting at once get resets
+  // (seen in the soak run). Keep the listening socket and raise its backlog after bind: listen()
+  // again on a listening socket only changes the backlog. The options are the library's defaults.
+  int listen_fd = -1;
+  svr.set_socket_options([&listen_fd](socket_t sock) {
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+    setsockopt(sock, SOL_SOCKET, SO_REUSEPORT, &yes, sizeof(yes));
+    listen_fd = sock;
+  });
   int port = opt.port;
   if (port == 0) {
     port = svr.bind_to_any_port(opt.host);
@@ -476,6 +487,7 @@ void run_http_server(Engine& engine, const ServerContext& ctx, const HttpOptions
   } else if (!svr.bind_to_port(opt.host, port)) {
     throw Error("cannot bind to " + opt.host + ":" + std::to_string(port) + " (in use?)");
   }
+  if (listen_fd >= 0) ::listen(listen_fd, 1024);
   std::fprintf(stderr, "[m3serve] listening on http://%s:%d\n", opt.host.c_str(), port);
   std::fflush(stderr);
 
