@@ -101,7 +101,7 @@ echo "$BODY" | grep -q '"completion_tokens":6,' || fail "chat n=2 usage: $BODY"
 
 # Chat, streaming with usage.
 curl -sN "${A[@]}" "$U/v1/chat/completions" \
-  -d '{"messages":[{"role":"user","content":"Hi"}],"max_tokens":5,"stream":true,"stream_options":{"include_usage":true}}' \
+  -d '{"messages":[{"role":"user","content":"Hi"}],"max_tokens":5,"ignore_eos":true,"stream":true,"stream_options":{"include_usage":true}}' \
   >"$TMP/stream.txt"
 grep -v '^$' "$TMP/stream.txt" | grep -v '^data: ' && fail "non-data SSE line"
 [ "$(grep -v '^$' "$TMP/stream.txt" | tail -1)" = "data: [DONE]" ] || fail "stream does not end with [DONE]"
