@@ -37,7 +37,7 @@ test: build
 
 test-asan: deps
 	cmake -S . -B $(BUILD_ASAN) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DM3_SANITIZE=ON >/dev/null
-	cmake --build $(BUILD_ASAN) -j $(JOBS) --target loader_tests m3serve
+	cmake --build $(BUILD_ASAN) -j $(JOBS) --target loader_tests
 	OMP_WAIT_POLICY=passive ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 $(BUILD_ASAN)/tests/loader_tests
 
 # Build, then serve the built-in demo model (models/demo) on 127.0.0.1:8000. While the trained demo
