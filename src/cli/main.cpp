@@ -5,6 +5,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "cli/commands.h"
 #include "formats/error.h"
@@ -26,8 +29,19 @@ int main(int argc, char** argv) {
   m3::cli::register_make_model(app);
   m3::cli::register_serve(app);
   m3::cli::register_bench(app);
+  // vLLM's multi-letter short flags (-tp 4, -dp 2) are not expressible in CLI11; spell them out.
+  std::vector<std::string> args(argv, argv + argc);
+  for (auto& a : args) {
+    for (const auto& [shortf, longf] : {std::pair<std::string, std::string>{"-tp", "--tensor-parallel-size"},
+                                        {"-dp", "--data-parallel-size"}}) {
+      if (a == shortf) a = longf;
+      else if (a.rfind(shortf + "=", 0) == 0) a = longf + a.substr(shortf.size());
+    }
+  }
+  std::vector<char*> cargs;
+  for (auto& a : args) cargs.push_back(a.data());
   try {
-    app.parse(argc, argv);
+    app.parse(int(cargs.size()), cargs.data());
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   } catch (const m3::Error& e) {
