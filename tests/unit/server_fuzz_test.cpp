@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cmath>
 #include <fstream>
 #include <limits>
@@ -199,7 +200,8 @@ TEST(ServerFuzz, MalformedRequests) {
     expect_clean([&] { parse_chat_request(j, c.ctx); }, "raw " + std::to_string(it));
   }
   EXPECT_GT(ok, 10);  // the mutations leave some requests valid
-  EXPECT_LT(std::chrono::duration<double>(Clock::now() - t0).count(), 20.0);
+  // No timing assertion (speed is for benchmarks); a hang is caught by the ctest timeout.
+  std::printf("  %.2f s\n", std::chrono::duration<double>(Clock::now() - t0).count());
 }
 
 TEST(ServerFuzz, RandomTemplates) {
@@ -259,7 +261,8 @@ TEST(ServerFuzz, RandomTemplates) {
     run(ifs + "x", "unclosed ifs");
     run("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", "runaway recursion");
   }
-  EXPECT_LT(std::chrono::duration<double>(Clock::now() - t0).count(), 20.0);
+  // No timing assertion (speed is for benchmarks); a hang is caught by the ctest timeout.
+  std::printf("  %.2f s\n", std::chrono::duration<double>(Clock::now() - t0).count());
 }
 
 namespace {
@@ -368,5 +371,6 @@ TEST(ServerFuzz, RandomModelOutputThroughParsers) {
       break;
     }
   }
-  EXPECT_LT(std::chrono::duration<double>(Clock::now() - t0).count(), 20.0);
+  // No timing assertion (speed is for benchmarks); a hang is caught by the ctest timeout.
+  std::printf("  %.2f s\n", std::chrono::duration<double>(Clock::now() - t0).count());
 }

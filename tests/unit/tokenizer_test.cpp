@@ -139,7 +139,6 @@ TEST_F(TokenizerO200k, LongRunsAndSpeed) {
   EXPECT_EQ(tok_->decode(ids), text);
   std::cout << "[o200k] load " << load_s_ << " s; encode " << text.size() / 1e6 / enc_s << " MB/s ("
             << ids.size() << " tokens)\n";
-  EXPECT_LT(load_s_, 10.0);  // generous bound: sanitizer/debug builds are slow
 }
 
 class TokenizerTiny : public ::testing::Test {
