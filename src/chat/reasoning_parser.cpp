@@ -3,6 +3,8 @@
 // across pieces. Stray or duplicated tags and the end-of-turn token never reach either channel.
 #include "chat/reasoning_parser.h"
 
+#include "chat/text_scan.h"
+
 #include <algorithm>
 #include <vector>
 
@@ -13,19 +15,7 @@ namespace {
 
 const char* kEndOfTurn = "[e~[";
 
-bool is_ws(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
 
-// Length of the longest suffix of `s` that is a proper prefix of one of `pats`.
-size_t partial_suffix(std::string_view s, const std::vector<std::string>& pats) {
-  size_t best = 0;
-  for (const auto& p : pats)
-    for (size_t n = std::min(s.size(), p.size() - 1); n > best; --n)
-      if (s.substr(s.size() - n) == std::string_view(p).substr(0, n)) {
-        best = n;
-        break;
-      }
-  return best;
-}
 
 }  // namespace
 

@@ -4,6 +4,8 @@
 // so values may contain '<' freely (code). M2 uses <parameter name="k">value</parameter>.
 #include "chat/tool_parser.h"
 
+#include "chat/text_scan.h"
+
 #include <algorithm>
 #include <cstdlib>
 #include <map>
@@ -21,7 +23,6 @@ using ojson = nlohmann::ordered_json;
 const std::string kNs = "]<]minimax[>[";
 const std::string kEndOfTurn = "[e~[";
 
-bool is_ws(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
 
 std::string trim(std::string_view s) {
   size_t b = 0, e = s.size();
@@ -30,17 +31,6 @@ std::string trim(std::string_view s) {
   return std::string(s.substr(b, e - b));
 }
 
-// Length of the longest suffix of `s` that is a proper prefix of one of `pats`.
-size_t partial_suffix(std::string_view s, const std::vector<std::string>& pats) {
-  size_t best = 0;
-  for (const auto& p : pats)
-    for (size_t n = std::min(s.size(), p.size() - 1); n > best; --n)
-      if (s.substr(s.size() - n) == std::string_view(p).substr(0, n)) {
-        best = n;
-        break;
-      }
-  return best;
-}
 
 bool is_proper_prefix_of(std::string_view s, const std::string& pat) {
   return s.size() < pat.size() && pat.compare(0, s.size(), s) == 0;

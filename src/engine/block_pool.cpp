@@ -79,31 +79,30 @@ void BlockPool::release(int32_t b) {
   }
 }
 
-int32_t BlockPool::acquire_cached(uint64_t hash, uint64_t parent, const int32_t* tokens) {
-  if (!caching_) return -1;
+int32_t BlockPool::find_cached(uint64_t hash, uint64_t parent, const int32_t* tokens) const {
   auto range = by_hash_.equal_range(hash);
   for (auto it = range.first; it != range.second; ++it) {
     const int32_t b = it->second;
-    if (parent_[b] != parent ||
-        std::memcmp(&tokens_[size_t(b) * block_size_], tokens, size_t(block_size_) * sizeof(int32_t)) != 0)
-      continue;
-    if (ref_[b] == 0) unlink(b);
-    ++ref_[b];
-    return b;
+    if (parent_[b] == parent &&
+        std::memcmp(&tokens_[size_t(b) * block_size_], tokens, size_t(block_size_) * sizeof(int32_t)) == 0)
+      return b;
   }
   return -1;
+}
+
+int32_t BlockPool::acquire_cached(uint64_t hash, uint64_t parent, const int32_t* tokens) {
+  if (!caching_) return -1;
+  const int32_t b = find_cached(hash, parent, tokens);
+  if (b < 0) return -1;
+  if (ref_[b] == 0) unlink(b);
+  ++ref_[b];
+  return b;
 }
 
 void BlockPool::publish(int32_t b, uint64_t hash, uint64_t parent, const int32_t* tokens) {
   if (!caching_ || has_hash_[b]) return;
   // An identical page may already be cached (two requests computed the same prefix at once): keep one.
-  auto range = by_hash_.equal_range(hash);
-  for (auto it = range.first; it != range.second; ++it) {
-    const int32_t o = it->second;
-    if (parent_[o] == parent &&
-        std::memcmp(&tokens_[size_t(o) * block_size_], tokens, size_t(block_size_) * sizeof(int32_t)) == 0)
-      return;
-  }
+  if (find_cached(hash, parent, tokens) >= 0) return;
   has_hash_[b] = 1;
   hash_[b] = hash;
   parent_[b] = parent;

@@ -37,6 +37,8 @@ class BlockPool {
   void clear_cache();
 
  private:
+  // The cached page with exactly this identity (hash, parent, tokens), or -1.
+  int32_t find_cached(uint64_t hash, uint64_t parent, const int32_t* tokens) const;
   void unlink(int32_t b);
   void push_back(int32_t b);
   void push_front(int32_t b);

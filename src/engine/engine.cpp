@@ -186,7 +186,8 @@ std::vector<RequestOutput> Engine::step() {
   const int64_t V = model_.config().vocab;
   items_.resize(plan.size());
   views_.resize(plan.size());
-  std::vector<std::vector<int32_t>> toks(plan.size());
+  if (step_tokens_.size() < plan.size()) step_tokens_.resize(plan.size());
+  auto& toks = step_tokens_;
   int64_t nsample = 0;
   for (size_t i = 0; i < plan.size(); ++i) {
     const ScheduledChunk& c = plan[i];

@@ -101,6 +101,7 @@ class Engine {
   std::vector<float> logits_;
   std::vector<BatchItem> items_;
   std::vector<std::unique_ptr<PagedKV>> views_;
+  std::vector<std::vector<int32_t>> step_tokens_;  // per scheduled chunk, reused across steps
 };
 
 // Bytes of RAM available to new allocations (MemAvailable), 0 if unknown.

@@ -45,34 +45,31 @@ void PagedKV::store(int layer, int64_t pos, const float* k, const float* v, cons
   if (ik) kv_encode_row(pool_.ik_dtype(), ik, index_dim_, 1.0f, pool_.ik_row(layer, page, slot));
 }
 
-const float* PagedKV::k_rows(int layer, int g, int64_t lo, int64_t n, float* scratch, int64_t* stride) const {
+// Decodes n rows starting at position lo (all in one page) of a lane into scratch.
+template <class RowFn>
+const float* PagedKV::decode_rows(int64_t lo, int64_t n, KVDtype dt, int dim, float* scratch, int64_t* stride,
+                                  RowFn row) const {
   const int B = pool_.block_size();
   const int64_t page = table_[lo / B];
   const int slot = int(lo % B);
-  *stride = head_dim_;
-  for (int64_t j = 0; j < n; ++j)
-    kv_decode_row(pool_.kv_dtype(), pool_.k_row(layer, page, slot + int(j), g), head_dim_, 1.0f, scratch + j * head_dim_);
+  *stride = dim;
+  for (int64_t j = 0; j < n; ++j) kv_decode_row(dt, row(page, slot + int(j)), dim, 1.0f, scratch + j * dim);
   return scratch;
+}
+
+const float* PagedKV::k_rows(int layer, int g, int64_t lo, int64_t n, float* scratch, int64_t* stride) const {
+  return decode_rows(lo, n, pool_.kv_dtype(), head_dim_, scratch, stride,
+                     [&](int64_t page, int slot) { return pool_.k_row(layer, page, slot, g); });
 }
 
 const float* PagedKV::v_rows(int layer, int g, int64_t lo, int64_t n, float* scratch, int64_t* stride) const {
-  const int B = pool_.block_size();
-  const int64_t page = table_[lo / B];
-  const int slot = int(lo % B);
-  *stride = head_dim_;
-  for (int64_t j = 0; j < n; ++j)
-    kv_decode_row(pool_.kv_dtype(), pool_.v_row(layer, page, slot + int(j), g), head_dim_, 1.0f, scratch + j * head_dim_);
-  return scratch;
+  return decode_rows(lo, n, pool_.kv_dtype(), head_dim_, scratch, stride,
+                     [&](int64_t page, int slot) { return pool_.v_row(layer, page, slot, g); });
 }
 
 const float* PagedKV::ik_rows(int layer, int64_t lo, int64_t n, float* scratch, int64_t* stride) const {
-  const int B = pool_.block_size();
-  const int64_t page = table_[lo / B];
-  const int slot = int(lo % B);
-  *stride = index_dim_;
-  for (int64_t j = 0; j < n; ++j)
-    kv_decode_row(pool_.ik_dtype(), pool_.ik_row(layer, page, slot + int(j)), index_dim_, 1.0f, scratch + j * index_dim_);
-  return scratch;
+  return decode_rows(lo, n, pool_.ik_dtype(), index_dim_, scratch, stride,
+                     [&](int64_t page, int slot) { return pool_.ik_row(layer, page, slot); });
 }
 
 }  // namespace m3

@@ -60,6 +60,10 @@ class PagedKV : public KVView {
   const float* ik_rows(int layer, int64_t lo, int64_t n, float* scratch, int64_t* stride) const override;
 
  private:
+  template <class RowFn>
+  const float* decode_rows(int64_t lo, int64_t n, KVDtype dt, int dim, float* scratch, int64_t* stride,
+                           RowFn row) const;
+
   KVPool& pool_;
   const std::vector<int32_t>& table_;
   int64_t size_;

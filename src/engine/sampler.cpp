@@ -35,13 +35,13 @@ int32_t Sampler::sample(const float* logits, int64_t V, const std::vector<int32_
     for (int32_t t : output)
       if (t >= 0 && t < V) ++counts_[t];
     if (p_.repetition_penalty != 1.0f) {
-      std::vector<uint8_t> seen(static_cast<size_t>(V), 0);
+      seen_.assign(size_t(V), 0);
       for (int32_t t : prompt)
-        if (t >= 0 && t < V) seen[t] = 1;
+        if (t >= 0 && t < V) seen_[t] = 1;
       for (int32_t t : output)
-        if (t >= 0 && t < V) seen[t] = 1;
+        if (t >= 0 && t < V) seen_[t] = 1;
       for (int64_t i = 0; i < V; ++i)
-        if (seen[i]) x[i] = x[i] > 0 ? x[i] / p_.repetition_penalty : x[i] * p_.repetition_penalty;
+        if (seen_[i]) x[i] = x[i] > 0 ? x[i] / p_.repetition_penalty : x[i] * p_.repetition_penalty;
     }
     for (int64_t i = 0; i < V; ++i)
       if (counts_[i]) x[i] -= p_.frequency_penalty * float(counts_[i]) + p_.presence_penalty;
@@ -109,12 +109,12 @@ int32_t Sampler::sample(const float* logits, int64_t V, const std::vector<int32_
     lp->logprob = float(double(logits[chosen]) - lse);
     lp->top.clear();
     if (p_.logprobs > 0) {
-      std::vector<int32_t> idx(static_cast<size_t>(V));
-      for (int64_t i = 0; i < V; ++i) idx[i] = int32_t(i);
+      idx_.resize(size_t(V));
+      for (int64_t i = 0; i < V; ++i) idx_[i] = int32_t(i);
       const int64_t k = std::min<int64_t>(p_.logprobs, V);
-      std::partial_sort(idx.begin(), idx.begin() + k, idx.end(),
+      std::partial_sort(idx_.begin(), idx_.begin() + k, idx_.end(),
                         [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); });
-      for (int64_t i = 0; i < k; ++i) lp->top.push_back({idx[i], float(double(logits[idx[i]]) - lse)});
+      for (int64_t i = 0; i < k; ++i) lp->top.push_back({idx_[i], float(double(logits[idx_[i]]) - lse)});
     }
   }
   return chosen;

@@ -44,14 +44,14 @@ class Sampler {
   // (for the penalties). When lp is non-null and logprobs >= 0, fills it.
   int32_t sample(const float* logits, int64_t vocab, const std::vector<int32_t>& prompt,
                  const std::vector<int32_t>& output, TokenLogprob* lp = nullptr);
-  // Convenience for callers without penalties.
-  int32_t sample(const float* logits, int64_t vocab) { return sample(logits, vocab, {}, {}, nullptr); }
 
  private:
   SamplingParams p_;
   std::mt19937_64 rng_;
   std::vector<float> work_;
   std::vector<int32_t> counts_;
+  std::vector<uint8_t> seen_;
+  std::vector<int32_t> idx_;
   std::vector<std::pair<float, int32_t>> cand_;
   std::vector<double> prob_;
 };

@@ -138,10 +138,10 @@ void Scheduler::commit(const std::vector<ScheduledChunk>& plan) {
     while (int64_t(s->block_hashes.size()) < s->num_computed / B) {
       const size_t i = s->block_hashes.size();
       const uint64_t parent = i ? s->block_hashes[i - 1] : 0;
-      std::vector<int32_t> toks(static_cast<size_t>(B));
-      for (int j = 0; j < B; ++j) toks[size_t(j)] = s->token(int64_t(i) * B + j);
-      const uint64_t h = hash_block(parent, toks.data(), B);
-      pool_.publish(s->blocks[i], h, parent, toks.data());
+      page_tokens_.resize(size_t(B));
+      for (int j = 0; j < B; ++j) page_tokens_[size_t(j)] = s->token(int64_t(i) * B + j);
+      const uint64_t h = hash_block(parent, page_tokens_.data(), B);
+      pool_.publish(s->blocks[i], h, parent, page_tokens_.data());
       s->block_hashes.push_back(h);
     }
   }

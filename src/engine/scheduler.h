@@ -65,6 +65,7 @@ class Scheduler {
   std::deque<Sequence*> waiting_;
   std::vector<Sequence*> running_;  // in admission order (last = lowest priority)
   SchedulerStats stats_;
+  std::vector<int32_t> page_tokens_;  // commit(): the tokens of the page being published
 };
 
 }  // namespace m3

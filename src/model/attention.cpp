@@ -119,7 +119,7 @@ void attend_masked(const CpuOps& ops, const KVView& kv, int layer, int g, int D,
 }  // namespace
 
 void attention_batch(const ModelConfig& cfg, int layer, const AttnSeq* seqs, int nseq, const float* q,
-                     const float* iq, AttentionPath path, float* out, MsaSelection* record) {
+                     const float* iq, AttentionPath path, float* out) {
   const CpuOps& ops = cpu_ops();
   const int D = cfg.head_dim, G = cfg.n_kv_heads, HpG = cfg.group_size();
   const int64_t qw = int64_t(cfg.n_heads) * D;
@@ -165,12 +165,6 @@ void attention_batch(const ModelConfig& cfg, int layer, const AttnSeq* seqs, int
           s.blk_scores[c] = m;
         }
         nsel = msa_select_blocks(pos, s.blk_scores.data(), mp, s.chosen.data(), s.cand);
-      }
-      if (record && sparse) {
-        int32_t* dst = record->sel + (row * record->n_groups + g) * record->topk;
-        std::fill(dst, dst + record->topk, -1);
-        std::copy(s.chosen.begin(), s.chosen.begin() + std::min(nsel, record->topk), dst);
-        record->nsel[row * record->n_groups + g] = nsel;
       }
       const float* qg = q + row * qw + int64_t(g) * HpG * D;
       float* og = out + row * qw + int64_t(g) * HpG * D;

@@ -24,17 +24,9 @@ struct AttnSeq {
   int64_t row0;
 };
 
-// Per-(row, group) selected blocks, row-major: sel[(row * n_groups + g) * topk + i] (-1 padded),
-// count in nsel[row * n_groups + g].
-struct MsaSelection {
-  int topk = 0, n_groups = 0;
-  int32_t* sel = nullptr;
-  int32_t* nsel = nullptr;
-};
-
 // q: [rows, n_heads*head_dim] post-norm post-RoPE; iq: [rows, index_heads*index_dim] (sparse
 // layers, else nullptr); out: [rows, n_heads*head_dim].
 void attention_batch(const ModelConfig& cfg, int layer, const AttnSeq* seqs, int nseq, const float* q,
-                     const float* iq, AttentionPath path, float* out, MsaSelection* record = nullptr);
+                     const float* iq, AttentionPath path, float* out);
 
 }  // namespace m3

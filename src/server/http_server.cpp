@@ -127,10 +127,13 @@ bool collect_for(Call& c, std::chrono::milliseconds budget) {
   return true;
 }
 
-ojson chat_response(const Call& c, const Tokenizer& tok) {
+// A whole (non-streamed) response: the envelope and usage are shared; `body` fills choice i's
+// object-specific fields (message or text, logprobs).
+template <class Body>
+ojson full_response(const Call& c, const char* object, Body body) {
   ojson r;
   r["id"] = c.id;
-  r["object"] = "chat.completion";
+  r["object"] = object;
   r["created"] = c.created;
   r["model"] = c.model;
   ojson choices = ojson::array();
@@ -138,8 +141,7 @@ ojson chat_response(const Call& c, const Tokenizer& tok) {
     const ChoiceState& s = *c.choices[i];
     ojson ch;
     ch["index"] = i;
-    ch["message"] = chat_message_json(s);
-    ch["logprobs"] = c.pr.logprobs ? chat_logprobs_json(tok, s.logprobs) : ojson(nullptr);
+    body(i, s, ch);
     ch["finish_reason"] = s.finish_reason;
     ch["stop_reason"] = s.stop_reason;
     choices.push_back(ch);
@@ -149,27 +151,19 @@ ojson chat_response(const Call& c, const Tokenizer& tok) {
   return r;
 }
 
+ojson chat_response(const Call& c, const Tokenizer& tok) {
+  return full_response(c, "chat.completion", [&](size_t, const ChoiceState& s, ojson& ch) {
+    ch["message"] = chat_message_json(s);
+    ch["logprobs"] = c.pr.logprobs ? chat_logprobs_json(tok, s.logprobs) : ojson(nullptr);
+  });
+}
+
 ojson completion_response(const Call& c, const Tokenizer& tok) {
-  ojson r;
-  r["id"] = c.id;
-  r["object"] = "text_completion";
-  r["created"] = c.created;
-  r["model"] = c.model;
-  ojson choices = ojson::array();
-  for (size_t i = 0; i < c.choices.size(); ++i) {
-    const ChoiceState& s = *c.choices[i];
+  return full_response(c, "text_completion", [&](size_t i, const ChoiceState& s, ojson& ch) {
     const std::string prefix = c.pr.echo ? c.pr.prompt_texts[i / size_t(c.pr.n)] : std::string();
-    ojson ch;
-    ch["index"] = i;
     ch["text"] = prefix + s.content;
     ch["logprobs"] = c.pr.logprobs ? completion_logprobs_json(tok, s.logprobs, prefix.size()) : ojson(nullptr);
-    ch["finish_reason"] = s.finish_reason;
-    ch["stop_reason"] = s.stop_reason;
-    choices.push_back(ch);
-  }
-  r["choices"] = choices;
-  r["usage"] = usage_of(c);
-  return r;
+  });
 }
 
 // One streamed chunk for choice i.

@@ -11,6 +11,7 @@ TMP=$3
 rm -rf "$TMP"
 mkdir -p "$TMP"
 fail() { echo "FAIL: $*" >&2; echo "--- server log:" >&2; tail -20 "$TMP/server.log" >&2 || true; exit 1; }
+. "$(dirname "$0")/lib/server_port.sh"
 
 "$BIN" make-model --layout m31 --preset tiny --seed 5 --out "$TMP/model" 2>/dev/null
 cp "$DATA/chat/MiniMax-M3.jinja" "$TMP/model/chat_template.jinja"
@@ -18,14 +19,7 @@ cp "$DATA/chat/MiniMax-M3.jinja" "$TMP/model/chat_template.jinja"
   --kv-cache-memory 0.05 >"$TMP/server.log" 2>&1 &
 PID=$!
 trap 'kill -9 $PID 2>/dev/null || true' EXIT
-PORT=""
-for _ in $(seq 1 600); do
-  PORT=$(sed -n 's/.*listening on http:\/\/127\.0\.0\.1:\([0-9]*\).*/\1/p' "$TMP/server.log" | head -1)
-  [ -n "$PORT" ] && break
-  kill -0 $PID 2>/dev/null || fail "server exited during start-up"
-  sleep 0.1
-done
-[ -n "$PORT" ] || fail "server did not report its port"
+wait_server_port "$TMP/server.log" $PID
 
 # Random dataset, model name from /v1/models, prompts built with the server's tokenizer endpoints.
 "$BIN" bench serve --base-url "http://127.0.0.1:$PORT" --dataset-name random --num-prompts 4 \

@@ -14,6 +14,7 @@ TMP=$3
 rm -rf "$TMP"
 mkdir -p "$TMP"
 fail() { echo "FAIL: $*" >&2; echo "--- server log:" >&2; cat "$TMP/server.log" >&2 || true; exit 1; }
+. "$(dirname "$0")/lib/server_port.sh"
 command -v curl >/dev/null || fail "curl is needed"
 
 "$BIN" make-model --layout m31 --preset tiny --seed 3 --out "$TMP/model" 2>/dev/null
@@ -34,14 +35,7 @@ KEY=test-key-123
 PID=$!
 trap 'kill -9 $PID 2>/dev/null || true' EXIT
 
-PORT=""
-for _ in $(seq 1 600); do
-  PORT=$(sed -n 's/.*listening on http:\/\/127\.0\.0\.1:\([0-9]*\).*/\1/p' "$TMP/server.log" | head -1)
-  [ -n "$PORT" ] && break
-  kill -0 $PID 2>/dev/null || fail "server exited during start-up"
-  sleep 0.1
-done
-[ -n "$PORT" ] || fail "server did not report its port"
+wait_server_port "$TMP/server.log" $PID
 U=http://127.0.0.1:$PORT
 for i in $(seq 1 100); do
   curl -s -o /dev/null --max-time 2 "$U/health" && break

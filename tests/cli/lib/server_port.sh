@@ -1,0 +1,14 @@
+# Sourced by the server round-trip scripts: waits (bounded, polling the log, no fixed sleep as
+# synchronisation) until `m3serve serve --port 0` reports its port, and sets PORT. Needs a `fail`
+# function in the caller.
+wait_server_port() {
+  local log=$1 pid=$2
+  PORT=""
+  for _ in $(seq 1 600); do
+    PORT=$(sed -n 's/.*listening on http:\/\/127\.0\.0\.1:\([0-9]*\).*/\1/p' "$log" | head -1)
+    [ -n "$PORT" ] && return 0
+    kill -0 "$pid" 2>/dev/null || fail "server exited during start-up"
+    sleep 0.1
+  done
+  fail "server did not report its port"
+}
