@@ -1,4 +1,5 @@
-// Penalties, temperature, top-k / top-p / min-p and seeded draws (see sampler.h).
+// Penalties, temperature, top-k / top-p / min-p, seeded draws, and the post-transform distribution
+// that speculative verification needs (see sampler.h).
 #include "engine/sampler.h"
 
 #include <algorithm>
@@ -25,67 +26,83 @@ void SamplingParams::validate() const {
 
 Sampler::Sampler(const SamplingParams& p) : p_(p), rng_(p.seed) {}
 
-int32_t Sampler::sample(const float* logits, int64_t V, const std::vector<int32_t>& prompt,
-                        const std::vector<int32_t>& output, TokenLogprob* lp) {
+const float* Sampler::penalized(const float* logits, int64_t V, const std::vector<int32_t>& prompt,
+                                const std::vector<int32_t>& output) {
+  // Penalties (vLLM semantics): repetition over prompt + output, presence / frequency over output.
+  if (p_.repetition_penalty == 1.0f && p_.presence_penalty == 0.0f && p_.frequency_penalty == 0.0f) return logits;
   work_.assign(logits, logits + V);
   float* x = work_.data();
-  // Penalties (vLLM semantics): repetition over prompt + output, presence / frequency over output.
-  if (p_.repetition_penalty != 1.0f || p_.presence_penalty != 0.0f || p_.frequency_penalty != 0.0f) {
-    counts_.assign(size_t(V), 0);
+  counts_.assign(size_t(V), 0);
+  for (int32_t t : output)
+    if (t >= 0 && t < V) ++counts_[t];
+  if (p_.repetition_penalty != 1.0f) {
+    seen_.assign(size_t(V), 0);
+    for (int32_t t : prompt)
+      if (t >= 0 && t < V) seen_[t] = 1;
     for (int32_t t : output)
-      if (t >= 0 && t < V) ++counts_[t];
-    if (p_.repetition_penalty != 1.0f) {
-      seen_.assign(size_t(V), 0);
-      for (int32_t t : prompt)
-        if (t >= 0 && t < V) seen_[t] = 1;
-      for (int32_t t : output)
-        if (t >= 0 && t < V) seen_[t] = 1;
-      for (int64_t i = 0; i < V; ++i)
-        if (seen_[i]) x[i] = x[i] > 0 ? x[i] / p_.repetition_penalty : x[i] * p_.repetition_penalty;
-    }
+      if (t >= 0 && t < V) seen_[t] = 1;
     for (int64_t i = 0; i < V; ++i)
-      if (counts_[i]) x[i] -= p_.frequency_penalty * float(counts_[i]) + p_.presence_penalty;
+      if (seen_[i]) x[i] = x[i] > 0 ? x[i] / p_.repetition_penalty : x[i] * p_.repetition_penalty;
   }
+  for (int64_t i = 0; i < V; ++i)
+    if (counts_[i]) x[i] -= p_.frequency_penalty * float(counts_[i]) + p_.presence_penalty;
+  return x;
+}
+
+static int64_t argmax_lowest(const float* x, int64_t V) {
+  int64_t best = 0;
+  for (int64_t i = 1; i < V; ++i)
+    if (x[i] > x[best]) best = i;  // ties: lowest id
+  return best;
+}
+
+int64_t Sampler::candidates(const float* x, int64_t V) {
+  cand_.resize(size_t(V));
+  for (int64_t i = 0; i < V; ++i) cand_[i] = {x[i], int32_t(i)};
+  auto by_logit = [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };
+  int64_t n = V;
+  if (p_.top_k > 0 && p_.top_k < V) {
+    std::partial_sort(cand_.begin(), cand_.begin() + p_.top_k, cand_.end(), by_logit);
+    n = p_.top_k;
+  } else {
+    std::sort(cand_.begin(), cand_.end(), by_logit);
+  }
+  const double mx = cand_[0].first;
+  prob_.resize(size_t(n));
+  double sum = 0;
+  for (int64_t i = 0; i < n; ++i) sum += prob_[i] = std::exp((double(cand_[i].first) - mx) / p_.temperature);
+  if (p_.top_p < 1.0f) {
+    double acc = 0;
+    int64_t keep = n;
+    for (int64_t i = 0; i < n; ++i) {
+      acc += prob_[i] / sum;
+      if (acc >= double(p_.top_p)) {
+        keep = i + 1;
+        break;
+      }
+    }
+    n = keep;
+  }
+  if (p_.min_p > 0.0f) {
+    const double floor = prob_[0] * p_.min_p;  // prob_[0] is the max
+    int64_t keep = 1;
+    while (keep < n && prob_[keep] >= floor) ++keep;
+    n = keep;
+  }
+  return n;
+}
+
+bool Sampler::needs_sort(int64_t V) const { return (p_.top_k > 0 && p_.top_k < V) || p_.top_p < 1.0f; }
+
+int32_t Sampler::sample(const float* logits, int64_t V, const std::vector<int32_t>& prompt,
+                        const std::vector<int32_t>& output, TokenLogprob* lp) {
+  const float* x = penalized(logits, V, prompt, output);
   int32_t chosen;
   if (p_.temperature <= 0.0f) {
-    int64_t best = 0;
-    for (int64_t i = 1; i < V; ++i)
-      if (x[i] > x[best]) best = i;  // ties: lowest id
-    chosen = int32_t(best);
+    chosen = int32_t(argmax_lowest(x, V));
   } else {
-    cand_.resize(size_t(V));
-    for (int64_t i = 0; i < V; ++i) cand_[i] = {x[i], int32_t(i)};
-    auto by_logit = [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };
-    int64_t n = V;
-    if (p_.top_k > 0 && p_.top_k < V) {
-      std::partial_sort(cand_.begin(), cand_.begin() + p_.top_k, cand_.end(), by_logit);
-      n = p_.top_k;
-    } else {
-      std::sort(cand_.begin(), cand_.end(), by_logit);
-    }
-    const double mx = cand_[0].first;
-    prob_.resize(size_t(n));
+    const int64_t n = candidates(x, V);
     double sum = 0;
-    for (int64_t i = 0; i < n; ++i) sum += prob_[i] = std::exp((double(cand_[i].first) - mx) / p_.temperature);
-    if (p_.top_p < 1.0f) {
-      double acc = 0;
-      int64_t keep = n;
-      for (int64_t i = 0; i < n; ++i) {
-        acc += prob_[i] / sum;
-        if (acc >= double(p_.top_p)) {
-          keep = i + 1;
-          break;
-        }
-      }
-      n = keep;
-    }
-    if (p_.min_p > 0.0f) {
-      const double floor = prob_[0] * p_.min_p;  // prob_[0] is the max
-      int64_t keep = 1;
-      while (keep < n && prob_[keep] >= floor) ++keep;
-      n = keep;
-    }
-    sum = 0;
     for (int64_t i = 0; i < n; ++i) sum += prob_[i];
     const double r = std::uniform_real_distribution<double>(0.0, 1.0)(rng_) * sum;
     double acc = 0;
@@ -98,26 +115,86 @@ int32_t Sampler::sample(const float* logits, int64_t V, const std::vector<int32_
       }
     }
   }
-  if (lp && p_.logprobs >= 0) {
-    // Log-softmax of the raw logits (fp64 sum).
-    double mx = logits[0];
-    for (int64_t i = 1; i < V; ++i) mx = std::max(mx, double(logits[i]));
-    double s = 0;
-    for (int64_t i = 0; i < V; ++i) s += std::exp(double(logits[i]) - mx);
-    const double lse = mx + std::log(s);
-    lp->token = chosen;
-    lp->logprob = float(double(logits[chosen]) - lse);
-    lp->top.clear();
-    if (p_.logprobs > 0) {
-      idx_.resize(size_t(V));
-      for (int64_t i = 0; i < V; ++i) idx_[i] = int32_t(i);
-      const int64_t k = std::min<int64_t>(p_.logprobs, V);
-      std::partial_sort(idx_.begin(), idx_.begin() + k, idx_.end(),
-                        [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); });
-      for (int64_t i = 0; i < k; ++i) lp->top.push_back({idx_[i], float(double(logits[idx_[i]]) - lse)});
-    }
-  }
+  fill_logprob(logits, V, chosen, lp);
   return chosen;
+}
+
+void Sampler::distribution(const float* logits, int64_t V, const std::vector<int32_t>& prompt,
+                           const std::vector<int32_t>& output, float* probs) {
+  const float* x = penalized(logits, V, prompt, output);
+  if (p_.temperature <= 0.0f) {
+    std::fill(probs, probs + V, 0.0f);
+    probs[argmax_lowest(x, V)] = 1.0f;
+    return;
+  }
+  if (!needs_sort(V)) {
+    // No sort needed: plain softmax (same fp64 terms as candidates()), then the min-p floor,
+    // which keeps exactly the ids whose term is >= min_p times the largest (the largest is 1).
+    const int64_t top = argmax_lowest(x, V);
+    const double mx = x[top];
+    const double floor = p_.min_p > 0.0f ? double(p_.min_p) : 0.0;
+    double sum = 0;
+    for (int64_t i = 0; i < V; ++i) {
+      const double e = std::exp((double(x[i]) - mx) / p_.temperature);
+      const bool keep = floor == 0.0 || e >= floor;
+      probs[i] = keep ? float(e) : 0.0f;
+      if (keep) sum += e;
+    }
+    const double inv = 1.0 / sum;
+    if (floor == 0.0) {
+      for (int64_t i = 0; i < V; ++i) probs[i] = float(double(probs[i]) * inv);
+    } else {
+      for (int64_t i = 0; i < V; ++i)
+        if (probs[i] != 0.0f) probs[i] = float(std::exp((double(x[i]) - mx) / p_.temperature) * inv);
+    }
+    return;
+  }
+  const int64_t n = candidates(x, V);
+  double sum = 0;
+  for (int64_t i = 0; i < n; ++i) sum += prob_[i];
+  std::fill(probs, probs + V, 0.0f);
+  for (int64_t i = 0; i < n; ++i) probs[cand_[i].second] = float(prob_[i] / sum);
+}
+
+int32_t Sampler::draw(const float* probs, int64_t V) {
+  double sum = 0;
+  for (int64_t i = 0; i < V; ++i) sum += probs[i];
+  const double r = uniform() * sum;
+  double acc = 0;
+  int64_t last = -1;
+  for (int64_t i = 0; i < V; ++i) {
+    if (!(probs[i] > 0.0f)) continue;
+    acc += probs[i];
+    last = i;
+    if (r < acc) return int32_t(i);
+  }
+  return last < 0 ? 0 : int32_t(last);  // rounding at the top end: the last id with mass
+}
+
+double Sampler::uniform() {
+  const double u = std::uniform_real_distribution<double>(0.0, 1.0)(rng_);
+  return u < 1.0 ? u : std::nextafter(1.0, 0.0);  // libstdc++ can round up to exactly 1
+}
+
+void Sampler::fill_logprob(const float* logits, int64_t V, int32_t chosen, TokenLogprob* lp) {
+  if (!lp || p_.logprobs < 0) return;
+  // Log-softmax of the raw logits (fp64 sum).
+  double mx = logits[0];
+  for (int64_t i = 1; i < V; ++i) mx = std::max(mx, double(logits[i]));
+  double s = 0;
+  for (int64_t i = 0; i < V; ++i) s += std::exp(double(logits[i]) - mx);
+  const double lse = mx + std::log(s);
+  lp->token = chosen;
+  lp->logprob = float(double(logits[chosen]) - lse);
+  lp->top.clear();
+  if (p_.logprobs > 0) {
+    idx_.resize(size_t(V));
+    for (int64_t i = 0; i < V; ++i) idx_[i] = int32_t(i);
+    const int64_t k = std::min<int64_t>(p_.logprobs, V);
+    std::partial_sort(idx_.begin(), idx_.begin() + k, idx_.end(),
+                      [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); });
+    for (int64_t i = 0; i < k; ++i) lp->top.push_back({idx_[i], float(double(logits[idx_[i]]) - lse)});
+  }
 }
 
 }  // namespace m3

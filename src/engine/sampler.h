@@ -1,7 +1,8 @@
 // Per-request sampling from one row of logits, in the order vLLM applies it: repetition /
 // presence / frequency penalties, temperature (0 = greedy), top-k, top-p, min-p, then a draw from
 // the request's own seeded generator, so its samples depend only on its seed and never on what it
-// is batched with. Also the top-n log-probabilities of the raw model distribution.
+// is batched with. Also the top-n log-probabilities of the raw model distribution, and (for
+// speculative decoding) the full post-transform distribution plus draws from the same generator.
 #pragma once
 #include <cstdint>
 #include <random>
@@ -45,7 +46,33 @@ class Sampler {
   int32_t sample(const float* logits, int64_t vocab, const std::vector<int32_t>& prompt,
                  const std::vector<int32_t>& output, TokenLogprob* lp = nullptr);
 
+  // The distribution sample() draws from, as fp32 probabilities over all `vocab` ids (written to
+  // probs[0..vocab)): penalties, temperature, top-k, top-p, min-p, renormalised; ids cut by a
+  // filter get exactly 0. Temperature 0 gives a one-hot on the argmax (ties: lowest id). Without
+  // top-k / top-p it needs no sort. Uses no randomness; no allocation once the buffers have grown.
+  void distribution(const float* logits, int64_t vocab, const std::vector<int32_t>& prompt,
+                    const std::vector<int32_t>& output, float* probs);
+  // One draw from probs[0..vocab) (need not be normalised; sums in fp64) with this request's
+  // generator. Never returns an id whose probability is 0 unless all are 0 (then returns 0).
+  int32_t draw(const float* probs, int64_t vocab);
+  // U[0, 1) from this request's generator (never exactly 1).
+  double uniform();
+  // Logprob of `chosen` under the raw logits plus the top-n, as sample() reports them. Does
+  // nothing when lp is null or the request asked for no logprobs.
+  void fill_logprob(const float* logits, int64_t vocab, int32_t chosen, TokenLogprob* lp);
+
+  const SamplingParams& params() const { return p_; }
+
  private:
+  // Applies the penalties; returns logits itself when there are none, else work_.
+  const float* penalized(const float* logits, int64_t V, const std::vector<int32_t>& prompt,
+                         const std::vector<int32_t>& output);
+  // temperature > 0: sorts the candidates into cand_ (best first) with their unnormalised
+  // probabilities in prob_, applies top-k / top-p / min-p, returns how many are kept.
+  int64_t candidates(const float* x, int64_t V);
+  // top-k or top-p is active (min-p alone needs no sort).
+  bool needs_sort(int64_t V) const;
+
   SamplingParams p_;
   std::mt19937_64 rng_;
   std::vector<float> work_;
