@@ -349,6 +349,40 @@ std::string synthetic_text(std::mt19937_64& rng, int64_t approx_tokens, const st
 
 double prom_value_after(const Endpoint& ep, const std::string& name) { return prometheus_sum(ep.get_text("/metrics"), name); }
 
+// The server's speculative-decoding counters (vLLM names), summed over label sets; drafts < 0
+// when the server exposes none.
+struct SpecCounters {
+  double drafts = -1, draft_tokens = 0, accepted = 0;
+  std::vector<double> per_pos;
+};
+
+SpecCounters read_spec_counters(const Endpoint& ep) {
+  SpecCounters c;
+  std::string text;
+  try {
+    text = ep.get_text("/metrics");
+  } catch (const std::exception&) {
+    return c;
+  }
+  c.drafts = prometheus_sum(text, "vllm:spec_decode_num_drafts_total");
+  c.draft_tokens = prometheus_sum(text, "vllm:spec_decode_num_draft_tokens_total");
+  c.accepted = prometheus_sum(text, "vllm:spec_decode_num_accepted_tokens_total");
+  std::istringstream in(text);
+  std::string line;
+  const std::string name = "vllm:spec_decode_num_accepted_tokens_per_pos_total{";
+  while (std::getline(in, line)) {
+    if (line.rfind(name, 0) != 0) continue;
+    const size_t at = line.find("position=\"");
+    const size_t sp = line.rfind(' ');
+    if (at == std::string::npos || sp == std::string::npos) continue;
+    const size_t pos = size_t(std::strtoul(line.c_str() + at + 10, nullptr, 10));
+    if (pos >= 64) continue;
+    if (c.per_pos.size() <= pos) c.per_pos.resize(pos + 1, 0.0);
+    c.per_pos[pos] += std::strtod(line.c_str() + sp + 1, nullptr);
+  }
+  return c;
+}
+
 }  // namespace
 
 double prometheus_sum(const std::string& text, const std::string& name) {
@@ -396,6 +430,7 @@ nlohmann::ordered_json run_serve_bench(const ServeBenchOptions& o) {
   std::mutex mu;
   Limiter limiter(o.max_concurrency);
   double hits0 = -1, queries0 = -1;
+  const SpecCounters spec0 = read_spec_counters(ep);
   Clock::time_point t0;
   std::vector<double> e2e_per_token;  // agentic: E2EL_i / OSL_i
   double duration = 0;
@@ -524,6 +559,31 @@ nlohmann::ordered_json run_serve_bench(const ServeBenchOptions& o) {
                           result["e2e_normalized_interactivity"].get<double>());
     report += fmt::format("{:<40}{:>10}\n", "Prefix cache hit rate:",
                           have ? fmt::format("{:.1f}%", 100.0 * dh / dq) : std::string("n/a"));
+  }
+  const SpecCounters spec1 = read_spec_counters(ep);
+  if (spec0.drafts >= 0 && spec1.drafts > spec0.drafts) {
+    // Speculative decoding during the run (deltas of the server's counters), as vLLM reports it.
+    const double drafts = spec1.drafts - spec0.drafts, dt = spec1.draft_tokens - spec0.draft_tokens,
+                 acc = spec1.accepted - spec0.accepted;
+    nlohmann::ordered_json per = nlohmann::ordered_json::array();
+    for (size_t i = 0; i < spec1.per_pos.size(); ++i)
+      per.push_back((spec1.per_pos[i] - (i < spec0.per_pos.size() ? spec0.per_pos[i] : 0.0)) / drafts);
+    result["spec_decode_num_drafts"] = drafts;
+    result["spec_decode_num_draft_tokens"] = dt;
+    result["spec_decode_num_accepted_tokens"] = acc;
+    result["spec_decode_acceptance_length"] = 1.0 + acc / drafts;
+    result["spec_decode_acceptance_rate"] = dt > 0 ? acc / dt : 0.0;
+    result["spec_decode_acceptance_rate_per_pos"] = per;
+    report += fmt::format("{:-^50}\n", "Speculative Decoding");
+    report += fmt::format("{:<40}{:>10.2f}\n", "Acceptance rate (%):", dt > 0 ? 100.0 * acc / dt : 0.0);
+    report += fmt::format("{:<40}{:>10.2f}\n", "Acceptance length:", 1.0 + acc / drafts);
+    report += fmt::format("{:<40}{:>10.0f}\n", "Drafts:", drafts);
+    report += fmt::format("{:<40}{:>10.0f}\n", "Draft tokens:", dt);
+    report += fmt::format("{:<40}{:>10.0f}\n", "Accepted tokens:", acc);
+    std::string pp;
+    for (const auto& v : per) pp += fmt::format("{}{:.2f}", pp.empty() ? "" : " ", v.get<double>());
+    report += fmt::format("{:<40}{:>10}\n", "Per-position acceptance rate:", pp);
+    report += std::string(50, '=') + "\n";
   }
   std::fputs(report.c_str(), stdout);
   std::fflush(stdout);

@@ -1,5 +1,5 @@
-// `m3serve generate`: either one prompt streamed to stdout (with prefill / decode speed and achieved
-// GB/s on stderr), or an offline batch: every request line of --input runs concurrently through
+// `m3serve generate`: either one prompt through the engine, streamed to stdout (with prefill / decode
+// speed and achieved GB/s on stderr), or an offline batch: every request line of --input runs concurrently through
 // the engine and the results are written to --output in the same order.
 #include <omp.h>
 
@@ -41,6 +41,7 @@ void run_single(Opts& o) {
   o.sp.max_tokens = o.max_tokens;
   o.sp.ignore_eos = o.ignore_eos_flag;
   o.sp.validate();
+  const EngineConfig ec = o.engine.resolve();
   Model model(o.model);
   const ModelConfig& c = model.config();
   Tokenizer tok = Tokenizer::from_dir(o.model);
@@ -50,30 +51,27 @@ void run_single(Opts& o) {
     if (id >= c.vocab)
       throw Error("--prompt: token id " + std::to_string(id) + " is outside the model's vocabulary (" +
                   std::to_string(c.vocab) + ")");
-  const int32_t eos = c.eos_id >= 0 ? c.eos_id : tok.eos_id();
-  const int64_t V = c.vocab;
-  std::vector<float> logits(static_cast<size_t>(V));
-  SeqCache cache = model.new_cache(int64_t(ids.size()) + o.max_tokens);
-  Sampler sampler(o.sp);
+  // One request through the engine (paged KV, every engine flag applies), streamed step by step.
+  Engine engine(model, &tok, ec);
+  if (engine.speculative()) std::fprintf(stderr, "[m3serve] %s\n", engine.describe().c_str());
+  SamplingParams sp = o.sp;
+  engine.add_request("0", ids, sp);
   IncrementalDetokenizer detok(tok, /*skip_special=*/false);
-  std::vector<int32_t> out_ids;
-
+  size_t generated = 0;
+  std::string finish = "length";
   const auto t0 = clock_type::now();
-  model.forward(ids.data(), int64_t(ids.size()), cache, logits.data());
-  const auto t1 = clock_type::now();
-  const char* finish = "length";
-  for (;;) {
-    const int32_t next = sampler.sample(logits.data(), V, ids, out_ids);
-    out_ids.push_back(next);
-    if (next == eos && !o.sp.ignore_eos) {
-      finish = "stop";
-      break;
+  auto t1 = t0;
+  while (engine.has_work()) {
+    for (const RequestOutput& r : engine.step()) {
+      if (generated == 0 && !r.new_tokens.empty()) t1 = clock_type::now();
+      for (int32_t t : r.new_tokens) {
+        const std::string piece = detok.push(t);
+        std::fwrite(piece.data(), 1, piece.size(), stdout);
+      }
+      std::fflush(stdout);
+      generated += r.new_tokens.size();
+      if (r.finished) finish = finish_reason_name(r.finish_reason);
     }
-    const std::string piece = detok.push(next);
-    std::fwrite(piece.data(), 1, piece.size(), stdout);
-    std::fflush(stdout);
-    if (int(out_ids.size()) >= o.max_tokens) break;
-    model.forward(&next, 1, cache, logits.data());
   }
   const std::string rest = detok.flush();
   std::fwrite(rest.data(), 1, rest.size(), stdout);
@@ -81,15 +79,16 @@ void run_single(Opts& o) {
   const auto t2 = clock_type::now();
   const double pre_s = std::chrono::duration<double>(t1 - t0).count();
   const double dec_s = std::chrono::duration<double>(t2 - t1).count();
-  // Decode steps = tokens after the first (the first comes from the prefill's logits).
-  const int steps = int(out_ids.size()) - 1;
-  const double tps = steps > 0 ? steps / dec_s : 0.0;
+  // Decode tokens = tokens after the first (the first comes from the prefill's logits).
+  const double steps = generated > 1 ? double(generated - 1) : 0.0;
+  const double tps = steps > 0 && dec_s > 0 ? steps / dec_s : 0.0;
   const double gbs = tps * model.weights().active_bytes_per_token() / 1e9;
   std::fprintf(stderr,
                "\n[m3serve] prompt %zu tokens, prefill %.3f s (%.1f tokens/s); generated %zu tokens (%s); decode "
                "%.2f tokens/s, %.2f GB/s achieved (%.1f MB of weights read per token); %d threads, kernels %s\n",
-               ids.size(), pre_s, double(ids.size()) / pre_s, out_ids.size(), finish, tps, gbs,
+               ids.size(), pre_s, double(ids.size()) / pre_s, generated, finish.c_str(), tps, gbs,
                model.weights().active_bytes_per_token() / 1e6, omp_get_max_threads(), cpu_ops().name);
+  if (engine.speculative()) std::fprintf(stderr, "[m3serve] %s\n", engine.spec_summary().c_str());
 }
 
 void run_batch(Opts& o) {
@@ -167,6 +166,7 @@ void run_batch(Opts& o) {
                "%lld/%lld tokens hit, %lld preemptions\n",
                reqs.size(), (long long)generated, secs, double(generated) / secs, (long long)st.steps,
                (long long)st.prefix_hits, (long long)st.prefix_queries, (long long)st.preemptions);
+  if (engine.speculative()) std::fprintf(stderr, "[m3serve] %s\n", engine.spec_summary().c_str());
 }
 
 }  // namespace

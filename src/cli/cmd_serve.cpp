@@ -39,7 +39,7 @@ struct ServeOpts {
   int http_threads = 128;
   EngineFlags engine;
   // Accepted, not applicable on this build (GPU, multi-node, disaggregation).
-  std::string compilation_config, speculative_config, quant_moe, kv_transfer_config, limit_mm, moe_backend,
+  std::string compilation_config, quant_moe, kv_transfer_config, limit_mm, moe_backend,
       kernel_config, kv_events_config, load_format, dp_address, numa_bind_nodes;
   int tp = 1, dp = 1, dp_local = 0, dp_start_rank = 0, dp_rpc_port = 0, max_cudagraph = 0;
   int64_t dbo_prefill = 0, dbo_decode = 0;
@@ -123,7 +123,7 @@ void run_serve(ServeOpts& o, CLI::App* sub) {
   auto note = [&](const char* flag) {
     if (sub->count(flag) > 0) na.push_back(flag);
   };
-  for (const char* f : {"--compilation-config", "--speculative-config", "--quantization-config.moe",
+  for (const char* f : {"--compilation-config", "--quantization-config.moe",
                         "--kv-transfer-config", "--moe-backend", "--kernel-config", "--kv-events-config",
                         "--data-parallel-address", "--data-parallel-size-local", "--data-parallel-start-rank",
                         "--data-parallel-rpc-port", "--data-parallel-hybrid-lb", "--max-cudagraph-capture-size",
@@ -215,7 +215,6 @@ void register_serve(CLI::App& app) {
   sub->add_flag("--data-parallel-hybrid-lb", o->dp_hybrid_lb, "Not applicable");
   sub->add_flag("--enable-expert-parallel", o->expert_parallel, "Not applicable");
   sub->add_option("--compilation-config,-O", o->compilation_config, "Not applicable (CUDA graphs / torch.compile)");
-  sub->add_option("--speculative-config", o->speculative_config, "Not applicable until DSpark lands");
   sub->add_option("--quantization-config.moe", o->quant_moe, "Not applicable (GPU MoE re-quantization)");
   sub->add_option("--kv-transfer-config", o->kv_transfer_config, "Not applicable (disaggregated serving)");
   sub->add_option("--kv-events-config", o->kv_events_config, "Not applicable");

@@ -21,6 +21,9 @@ void add_engine_flags(CLI::App* app, EngineFlags& f) {
                   "Cap on the prefill tokens one request takes per step (0 = off)");
   app->add_option("--watermark", c.watermark, "Fraction of KV pages kept free when admitting requests");
   app->add_option("--max-model-len", c.max_model_len, "Maximum prompt + output length (default: the model's)");
+  app->add_option("--speculative-config", f.speculative_config,
+                  "JSON, e.g. '{\"method\":\"dspark\",\"num_speculative_tokens\":7,"
+                  "\"draft_sample_method\":\"probabilistic\",\"rejection_sample_method\":\"block\"}'");
 }
 
 EngineConfig EngineFlags::resolve() const {
@@ -47,6 +50,7 @@ EngineConfig EngineFlags::resolve() const {
       }
     }
   }
+  c.spec = SpeculativeConfig::parse(speculative_config);
   return c;
 }
 

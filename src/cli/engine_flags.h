@@ -11,6 +11,7 @@ namespace m3::cli {
 struct EngineFlags {
   EngineConfig cfg;
   std::string attention_config;  // JSON, e.g. {"indexer_kv_dtype": "fp8"}
+  std::string speculative_config;  // JSON, vLLM's keys (method dspark)
   bool no_prefix_caching = false;
   bool prefix_caching = false;
   // Applies the parsed flags to cfg (call after parsing). Throws m3::Error on bad values.

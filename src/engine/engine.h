@@ -15,6 +15,9 @@
 #include "engine/sampler.h"
 #include "engine/scheduler.h"
 #include "engine/sequence.h"
+#include "engine/spec_config.h"
+#include "engine/spec_verify.h"
+#include "model/dspark.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
 
@@ -32,6 +35,7 @@ struct EngineConfig {
   int64_t long_prefill_token_threshold = 0;
   double watermark = 0.01;
   int64_t max_model_len = 0;  // 0 = the model's max_position_embeddings
+  SpeculativeConfig spec;     // --speculative-config (DSpark)
 };
 
 struct RequestOutput {
@@ -54,6 +58,11 @@ struct EngineStats {
   int64_t preemptions = 0;
   size_t running = 0, waiting = 0;
   int64_t free_pages = 0, total_pages = 0;
+  // Speculative decoding (vLLM's spec_decode_* counters).
+  int64_t spec_drafts = 0;           // verification steps
+  int64_t spec_draft_tokens = 0;     // draft tokens proposed
+  int64_t spec_accepted_tokens = 0;  // draft tokens accepted
+  std::vector<int64_t> spec_accepted_per_pos;  // [num_speculative_tokens]
 };
 
 class Engine {
@@ -79,10 +88,19 @@ class Engine {
   int64_t max_model_len() const { return max_model_len_; }
   std::string describe() const;  // one line for the start-up log
   const BlockPool& block_pool() const { return *blocks_; }
+  bool speculative() const { return draft_ != nullptr; }
+  // "drafts N, draft tokens N, accepted N, acceptance length X, per position [..]".
+  std::string spec_summary() const;
 
  private:
   void finish(Sequence* s, FinishReason r, RequestOutput& out);
   bool check_stop(Sequence* s, RequestOutput& out);
+  // Emits token t for s (logprobs from `logits`, the raw target row); true when s finished.
+  bool emit(Sequence* s, int32_t t, const float* logits, RequestOutput& out);
+  // Drafts for every speculative chunk of the plan (fills spec_drafts_ / spec_q_).
+  void draft_step(const std::vector<ScheduledChunk>& plan);
+  // Verifies chunk c (target logits rows [0, 1 + c.spec)); returns accepted drafts and the next token.
+  VerifyOutcome verify(const ScheduledChunk& c, size_t ci, const float* logits);
 
   Model& model_;
   const Tokenizer* tok_;
@@ -102,6 +120,24 @@ class Engine {
   std::vector<BatchItem> items_;
   std::vector<std::unique_ptr<PagedKV>> views_;
   std::vector<std::vector<int32_t>> step_tokens_;  // per scheduled chunk, reused across steps
+
+  // DSpark (null when speculative decoding is off). The draft's K/V live in a second pool indexed
+  // by the same page ids, so prefix caching, preemption and rollback treat them like the target's.
+  std::unique_ptr<DSparkDraft> draft_;
+  std::unique_ptr<KVPool> draft_kv_;
+  KVDtype draft_kv_dtype_ = KVDtype::BF16;
+  RejectionMethod rejection_ = RejectionMethod::Standard;
+  bool draft_greedy_ = false;
+  std::vector<double> synthetic_rates_;
+  std::vector<float> taps_, draft_z_, spec_q_, spec_p_;
+  std::vector<std::vector<int32_t>> spec_drafts_;  // per chunk
+  std::vector<int32_t> out_prefix_;
+  std::vector<int64_t> plan_spec_;      // drafts of each chunk of the current step
+  std::vector<VerifyOutcome> verify_out_;
+  std::vector<ScheduledChunk> accepted_chunks_;
+  std::vector<DraftQuery> draft_queries_;
+  std::vector<DraftContextRows> ctx_rows_;
+  std::vector<std::unique_ptr<PagedKV>> draft_views_;
 };
 
 // Bytes of RAM available to new allocations (MemAvailable), 0 if unknown.

@@ -85,8 +85,21 @@ std::vector<ScheduledChunk> Scheduler::schedule() {
     const int64_t need = s->num_tokens() - s->num_computed;
     if (need <= 0) continue;
     const int64_t n = cap(need);
+    int64_t spec = 0;
+    if (cfg_.num_speculative_tokens > 0 && need == 1 && n == 1) {
+      // Drafts to verify after the anchor: never more than the request may still emit.
+      spec = std::min<int64_t>(cfg_.num_speculative_tokens, budget - 1);
+      spec = std::min<int64_t>(spec, int64_t(s->params.max_tokens) - int64_t(s->output.size()) - 1);
+      if (cfg_.max_model_len > 0) spec = std::min<int64_t>(spec, cfg_.max_model_len - s->num_tokens() - 1);
+      spec = std::max<int64_t>(spec, 0);
+    }
+    // Drafts only take pages that are free: speculation never preempts anyone. Short of pages,
+    // verify as many drafts as the sequence's last page still holds.
+    if (spec > 0 && !ensure_pages(s, s->num_computed + n + spec))
+      spec = std::max<int64_t>(0, std::min<int64_t>(spec, int64_t(s->blocks.size()) * cfg_.block_size -
+                                                              s->num_computed - n));
     bool self_preempted = false;
-    while (!ensure_pages(s, s->num_computed + n)) {
+    while (!ensure_pages(s, s->num_computed + n + spec)) {
       Sequence* victim = running_.back();
       preempt(victim);
       preempted = true;
@@ -96,8 +109,8 @@ std::vector<ScheduledChunk> Scheduler::schedule() {
       }
     }
     if (self_preempted) break;
-    plan.push_back({s, s->num_computed, n, s->num_computed + n == s->num_tokens()});
-    budget -= n;
+    plan.push_back({s, s->num_computed, n, s->num_computed + n == s->num_tokens(), spec});
+    budget -= n + spec;
   }
   if (preempted) return plan;  // no admissions in a step that had to preempt
   const int64_t watermark_pages = int64_t(std::ceil(cfg_.watermark * double(pool_.num_blocks())));

@@ -20,6 +20,8 @@ struct SchedulerConfig {
   int64_t max_num_batched_tokens = 2048;
   int64_t long_prefill_token_threshold = 0;  // 0 = no cap per request and step
   double watermark = 0.01;
+  int num_speculative_tokens = 0;  // > 0: decode steps also reserve pages and budget for drafts
+  int64_t max_model_len = 0;       // caps the drafts of a sequence near the end (0 = no cap)
 };
 
 struct ScheduledChunk {
@@ -27,6 +29,7 @@ struct ScheduledChunk {
   int64_t start;  // first position computed in this step
   int64_t n;      // tokens computed in this step
   bool sample;    // the chunk reaches the end of the sequence's tokens: sample the next one
+  int64_t spec = 0;  // draft tokens to verify after the anchor (decode chunks with speculation)
 };
 
 struct SchedulerStats {
@@ -43,7 +46,8 @@ class Scheduler {
   // Removes a sequence wherever it is and releases its pages.
   void remove(Sequence* s);
   std::vector<ScheduledChunk> schedule();
-  // After the step ran: advance num_computed and publish pages that became full.
+  // After the step ran: advance num_computed to start + n and publish pages that became full (a
+  // speculative chunk's n is set by the engine to 1 + accepted drafts before commit).
   void commit(const std::vector<ScheduledChunk>& plan);
   // Releases the pages of a finished sequence.
   void finish(Sequence* s);

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "formats/error.h"
+#include "model/json_reader.h"
 
 namespace m3 {
 
@@ -22,59 +23,6 @@ const char* weight_format_name(WeightFormat f) {
   return "?";
 }
 
-namespace {
-
-struct Reader {
-  const json& obj;
-  std::string where;  // e.g. "config.json: text_config"
-
-  [[noreturn]] void fail(const std::string& key, const std::string& why) const {
-    throw Error(where + "." + key + ": " + why);
-  }
-  bool has(const std::string& k) const { return obj.contains(k) && !obj[k].is_null(); }
-  int64_t integer(const std::string& k) const {
-    if (!has(k)) fail(k, "missing (expected an integer)");
-    if (!obj[k].is_number_integer()) fail(k, "expected an integer, got " + obj[k].dump());
-    return obj[k].get<int64_t>();
-  }
-  int positive(const std::string& k) const {
-    int64_t v = integer(k);
-    if (v <= 0 || v > (1 << 30)) fail(k, "expected a positive integer, got " + std::to_string(v));
-    return int(v);
-  }
-  int64_t integer_or(const std::string& k, int64_t dflt) const { return has(k) ? integer(k) : dflt; }
-  double number(const std::string& k) const {
-    if (!has(k)) fail(k, "missing (expected a number)");
-    if (!obj[k].is_number()) fail(k, "expected a number, got " + obj[k].dump());
-    return obj[k].get<double>();
-  }
-  double number_or(const std::string& k, double dflt) const { return has(k) ? number(k) : dflt; }
-  bool boolean_or(const std::string& k, bool dflt) const {
-    if (!has(k)) return dflt;
-    if (!obj[k].is_boolean()) fail(k, "expected true or false, got " + obj[k].dump());
-    return obj[k].get<bool>();
-  }
-  std::string string_or(const std::string& k, const std::string& dflt) const {
-    if (!has(k)) return dflt;
-    if (!obj[k].is_string()) fail(k, "expected a string, got " + obj[k].dump());
-    return obj[k].get<std::string>();
-  }
-  std::vector<uint8_t> flags(const std::string& k, int n) const {
-    if (!has(k)) fail(k, "missing (expected a list of " + std::to_string(n) + " 0/1 values)");
-    const json& a = obj[k];
-    if (!a.is_array() || int(a.size()) != n)
-      fail(k, "expected a list of " + std::to_string(n) + " 0/1 values (one per layer), got " + a.dump());
-    std::vector<uint8_t> out;
-    for (const auto& v : a) {
-      if (!v.is_number_integer() || (v.get<int>() != 0 && v.get<int>() != 1))
-        fail(k, "entries must be 0 or 1, got " + v.dump());
-      out.push_back(uint8_t(v.get<int>()));
-    }
-    return out;
-  }
-};
-
-}  // namespace
 
 ModelConfig ModelConfig::from_dir(const std::string& dir) {
   const std::string path = (std::filesystem::path(dir) / "config.json").string();
@@ -98,7 +46,7 @@ ModelConfig ModelConfig::from_json_text(const std::string& text, const std::stri
   // Multimodal layout keeps the text settings under text_config; a text-only export is flat.
   const bool nested = root.contains("text_config") && root["text_config"].is_object();
   const json& tc = nested ? root["text_config"] : root;
-  Reader r{tc, where + (nested ? ": text_config" : ":")};
+  JsonReader r{tc, where + (nested ? ": text_config" : ":")};
   if (!nested) r.where = where + ": ";
   ModelConfig c;
   c.hidden = r.positive("hidden_size");
@@ -161,7 +109,7 @@ ModelConfig ModelConfig::from_json_text(const std::string& text, const std::stri
   c.sparse_layer.assign(c.n_layers, 0);
   if (r.has("sparse_attention_config")) {
     if (!tc["sparse_attention_config"].is_object()) r.fail("sparse_attention_config", "expected an object");
-    Reader s{tc["sparse_attention_config"], r.where + ".sparse_attention_config"};
+    JsonReader s{tc["sparse_attention_config"], r.where + ".sparse_attention_config"};
     s.where = r.where + "sparse_attention_config";
     if (nested) s.where = r.where + ".sparse_attention_config";
     if (s.boolean_or("use_sparse_attention", true)) {
@@ -200,7 +148,7 @@ ModelConfig ModelConfig::from_json_text(const std::string& text, const std::stri
   // Weight formats.
   if (root.contains("quantization_config") && !root["quantization_config"].is_null()) {
     const json& q = root["quantization_config"];
-    Reader qr{q, where + ": quantization_config"};
+    JsonReader qr{q, where + ": quantization_config"};
     qr.where = where + ": quantization_config";
     const std::string method = qr.string_or("quant_method", "");
     if (method == "mxfp8") {

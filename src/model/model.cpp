@@ -50,7 +50,21 @@ void Model::forward(const int32_t* tokens, int64_t T, SeqCache& cache, float* lo
   cache.n_tokens += T;
 }
 
-void Model::forward_batch(const BatchItem* items, int nitems, float* logits, AttentionPath path) {
+void embedding_row(const TensorView& emb, int32_t tok, int64_t H, float* out) {
+  const size_t esz = dtype_size(emb.dtype);
+  const uint8_t* er = emb.data + size_t(tok) * size_t(H) * esz;
+  if (emb.dtype == DType::F32) {
+    std::memcpy(out, er, size_t(H) * 4);
+    return;
+  }
+  for (int64_t h = 0; h < H; ++h) {
+    uint16_t u;
+    std::memcpy(&u, er + 2 * h, 2);
+    out[h] = emb.dtype == DType::BF16 ? bf16_to_float(u) : f16_to_float(u);
+  }
+}
+
+void Model::forward_batch(const BatchItem* items, int nitems, float* logits, AttentionPath path, float* taps) {
   const ModelConfig& c = cfg_;
   const int64_t H = c.hidden, D = c.head_dim, V = c.vocab;
   const int64_t QW = int64_t(c.n_heads) * D, KW = int64_t(c.n_kv_heads) * D;
@@ -79,18 +93,8 @@ void Model::forward_batch(const BatchItem* items, int nitems, float* logits, Att
 
   // Embedding rows (no scaling).
   const TensorView& emb = weights_->embed();
-  const size_t esz = dtype_size(emb.dtype);
   for (int64_t t = 0; t < T; ++t) {
-    const uint8_t* er = emb.data + size_t(tok_[t]) * size_t(H) * esz;
-    for (int64_t h = 0; h < H; ++h) {
-      if (emb.dtype == DType::F32) {
-        std::memcpy(x + t * H + h, er + 4 * h, 4);
-      } else {
-        uint16_t u;
-        std::memcpy(&u, er + 2 * h, 2);
-        x[t * H + h] = emb.dtype == DType::BF16 ? bf16_to_float(u) : f16_to_float(u);
-      }
-    }
+    embedding_row(emb, tok_[t], H, x + t * H);
     rope_table(pos_[t], c.rotary_dim, c.rope_theta, &rope_cos_[t * half], &rope_sin_[t * half]);
   }
 
@@ -140,6 +144,12 @@ void Model::forward_batch(const BatchItem* items, int nitems, float* logits, Att
     for (int64_t t = 0; t < T; ++t) rms_norm(x + t * H, L.post_attn_norm.data(), H, c.rms_eps, a + t * H);
     ffn_forward(c, L, c.moe_layer[l], a, T, tmp_.data());
     for (int64_t i = 0; i < T * H; ++i) x[i] += tmp_[i];
+    if (taps) {
+      const int64_t TW = int64_t(tap_layers_.size()) * H;
+      for (size_t i = 0; i < tap_layers_.size(); ++i)
+        if (tap_layers_[i] == l)
+          for (int64_t t = 0; t < T; ++t) std::memcpy(taps + t * TW + int64_t(i) * H, x + t * H, size_t(H) * 4);
+    }
   }
 
   // Final norm + lm_head for the requested rows.

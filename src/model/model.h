@@ -42,7 +42,14 @@ class Model {
 
   // One step over several sequences: the linear layers and experts run once over all rows; the
   // attention of each row reads its own sequence's cache. Logit rows are written in item order.
-  void forward_batch(const BatchItem* items, int nitems, float* logits, AttentionPath path = AttentionPath::Sparse);
+  // When `taps` is non-null, also writes the residual stream after each layer of tap_layers() for
+  // every row of the step: taps[row, i*hidden ...] = output of layer tap_layers()[i] (DSpark).
+  void forward_batch(const BatchItem* items, int nitems, float* logits, AttentionPath path = AttentionPath::Sparse,
+                     float* taps = nullptr);
+
+  // Layers whose outputs forward_batch copies into `taps` (in this order).
+  void set_tap_layers(std::vector<int> layers) { tap_layers_ = std::move(layers); }
+  const std::vector<int>& tap_layers() const { return tap_layers_; }
 
  private:
   void ensure_workspace(int64_t T);
@@ -55,6 +62,10 @@ class Model {
   std::vector<int32_t> tok_;
   std::vector<int64_t> pos_, item_of_;
   std::vector<AttnSeq> seqs_;
+  std::vector<int> tap_layers_;
 };
+
+// Row `tok` of the embedding table as fp32 (BF16 / F16 / F32 tables).
+void embedding_row(const TensorView& emb, int32_t tok, int64_t H, float* out);
 
 }  // namespace m3

@@ -75,6 +75,16 @@ std::string Metrics::render(const std::string& model_name, const EngineStats& st
   counter("num_preemptions", "Cumulative number of preemptions.", double(st.preemptions));
   counter("prefix_cache_queries", "Prefix cache queries, in tokens.", double(st.prefix_queries));
   counter("prefix_cache_hits", "Prefix cache hits, in tokens.", double(st.prefix_hits));
+  if (!st.spec_accepted_per_pos.empty()) {
+    counter("spec_decode_num_drafts", "Number of spec decoding drafts.", double(st.spec_drafts));
+    counter("spec_decode_num_draft_tokens", "Number of draft tokens.", double(st.spec_draft_tokens));
+    counter("spec_decode_num_accepted_tokens", "Number of accepted tokens.", double(st.spec_accepted_tokens));
+    o += "# HELP vllm:spec_decode_num_accepted_tokens_per_pos_total Accepted tokens per draft position.\n"
+         "# TYPE vllm:spec_decode_num_accepted_tokens_per_pos_total counter\n";
+    for (size_t i = 0; i < st.spec_accepted_per_pos.size(); ++i)
+      o += fmt::format("vllm:spec_decode_num_accepted_tokens_per_pos_total{{{},position=\"{}\"}} {}\n", L, i,
+                       st.spec_accepted_per_pos[i]);
+  }
   std::lock_guard lk(mu_);
   counter("prompt_tokens", "Number of prefill tokens processed.", double(prompt_tokens_));
   counter("generation_tokens", "Number of generation tokens processed.", double(generation_tokens_));

@@ -24,12 +24,17 @@ cp "$DATA/chat/MiniMax-M3.jinja" "$TMP/model/chat_template.jinja"
 if "$BIN" serve "$TMP/model" --no-such-flag 2>"$TMP/unknown.err"; then fail "unknown flag accepted"; fi
 grep -q -- '--no-such-flag' "$TMP/unknown.err" || fail "unknown flag not named: $(cat "$TMP/unknown.err")"
 
+# --speculative-config on a checkpoint without a dspark/ folder fails at start, naming the folder.
+if "$BIN" serve "$TMP/model" --port 0 --speculative-config '{"method":"dspark","num_speculative_tokens":3}' \
+  2>"$TMP/spec.err"; then fail "speculative config without a draft accepted"; fi
+grep -q 'needs the draft model in .*/dspark' "$TMP/spec.err" || fail "missing draft not explained: $(cat "$TMP/spec.err")"
+
 KEY=test-key-123
 "$BIN" serve "$TMP/model" --host 127.0.0.1 --port 0 --api-key "$KEY" --served-model-name tiny \
   --max-model-len 1200 --kv-cache-memory 0.05 --block-size 128 --max-request-bytes 200000 \
   --reasoning-parser minimax_m3 --tool-call-parser minimax_m3 --enable-auto-tool-choice \
   --tensor-parallel-size 8 --compilation-config '{"cudagraph_mode": "FULL_AND_PIECEWISE"}' \
-  --speculative-config '{"method":"dspark","num_speculative_tokens":3}' --quantization-config.moe mxfp8 \
+  --quantization-config.moe mxfp8 \
   --disable-hybrid-kv-cache-manager --enable-dbo --gpu-memory-utilization 0.9 --no-enable-log-requests \
   --limit-mm-per-prompt '{"video": 0}' --stream-interval 1 >"$TMP/server.log" 2>&1 &
 PID=$!

@@ -1,0 +1,112 @@
+// --speculative-config parsing and validation (see spec_config.h).
+#include "engine/spec_config.h"
+
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "formats/error.h"
+
+namespace m3 {
+
+using nlohmann::json;
+
+namespace {
+
+[[noreturn]] void bad(const std::string& key, const std::string& why) {
+  throw Error("--speculative-config: " + key + ": " + why);
+}
+
+std::string str(const json& o, const char* k) {
+  if (!o[k].is_string()) bad(k, "expected a string, got " + o[k].dump());
+  return o[k].get<std::string>();
+}
+
+std::string one_of(const json& o, const char* k, std::initializer_list<const char*> ok) {
+  const std::string v = str(o, k);
+  std::string list;
+  for (const char* x : ok) {
+    if (v == x) return v;
+    list += std::string(list.empty() ? "" : ", ") + "\"" + x + "\"";
+  }
+  bad(k, "\"" + v + "\" is not supported (expected one of " + list + ")");
+}
+
+}  // namespace
+
+SpeculativeConfig SpeculativeConfig::parse(const std::string& text) {
+  SpeculativeConfig c;
+  if (text.empty()) return c;
+  json o;
+  try {
+    o = json::parse(text);
+  } catch (const std::exception& e) {
+    throw Error(std::string("--speculative-config: not valid JSON (") + e.what() + ")");
+  }
+  if (!o.is_object()) throw Error("--speculative-config: expected a JSON object, got " + o.dump());
+  for (auto it = o.begin(); it != o.end(); ++it) {
+    static const char* known[] = {"method", "model", "num_speculative_tokens", "draft_sample_method",
+                                  "rejection_sample_method", "kv_cache_dtype", "attention_backend",
+                                  "synthetic_acceptance_length", "synthetic_acceptance_rates",
+                                  "enable_adaptive_verification", "dspark_draft_topk"};
+    bool ok = false;
+    for (const char* k : known) ok |= it.key() == k;
+    if (!ok) bad(it.key(), "unknown key");
+  }
+  if (!o.contains("method")) bad("method", "missing (m3serve supports \"dspark\")");
+  c.method = one_of(o, "method", {"dspark"});
+  if (o.contains("model") && !o["model"].is_null()) c.model = str(o, "model");
+  if (!o.contains("num_speculative_tokens")) bad("num_speculative_tokens", "missing (expected a positive integer)");
+  if (!o["num_speculative_tokens"].is_number_integer() || o["num_speculative_tokens"].get<int64_t>() < 1 ||
+      o["num_speculative_tokens"].get<int64_t>() > 64)
+    bad("num_speculative_tokens", "expected a positive integer, got " + o["num_speculative_tokens"].dump());
+  c.num_speculative_tokens = o["num_speculative_tokens"].get<int>();
+  if (o.contains("draft_sample_method")) c.draft_sample_method = one_of(o, "draft_sample_method", {"probabilistic", "greedy"});
+  if (o.contains("rejection_sample_method"))
+    c.rejection_sample_method = one_of(o, "rejection_sample_method", {"block", "standard", "synthetic"});
+  if (o.contains("kv_cache_dtype") && !o["kv_cache_dtype"].is_null()) c.kv_cache_dtype = str(o, "kv_cache_dtype");
+  if (o.contains("attention_backend") && !o["attention_backend"].is_null()) c.attention_backend = str(o, "attention_backend");
+  if (o.contains("enable_adaptive_verification") && o["enable_adaptive_verification"] != false)
+    bad("enable_adaptive_verification", "adaptive verification (the confidence head) is not implemented in m3serve; "
+                                        "remove the key or set it to false");
+  if (o.contains("dspark_draft_topk") && !o["dspark_draft_topk"].is_null())
+    bad("dspark_draft_topk", "not implemented in m3serve; remove the key");
+  if (o.contains("synthetic_acceptance_length")) {
+    if (!o["synthetic_acceptance_length"].is_number()) bad("synthetic_acceptance_length", "expected a number");
+    c.synthetic_acceptance_length = o["synthetic_acceptance_length"].get<double>();
+    if (!(c.synthetic_acceptance_length >= 1.0 && c.synthetic_acceptance_length <= 1.0 + c.num_speculative_tokens))
+      bad("synthetic_acceptance_length", "must be in [1, 1 + num_speculative_tokens]");
+  }
+  if (o.contains("synthetic_acceptance_rates")) {
+    const json& a = o["synthetic_acceptance_rates"];
+    if (!a.is_array() || int(a.size()) != c.num_speculative_tokens)
+      bad("synthetic_acceptance_rates", "expected a list of num_speculative_tokens rates in [0, 1]");
+    for (const auto& v : a) {
+      if (!v.is_number() || v.get<double>() < 0 || v.get<double>() > 1)
+        bad("synthetic_acceptance_rates", "entries must be numbers in [0, 1], got " + v.dump());
+      c.synthetic_acceptance_rates.push_back(v.get<double>());
+    }
+  }
+  if (c.rejection_sample_method == "synthetic" && c.synthetic_acceptance_length == 0 &&
+      c.synthetic_acceptance_rates.empty())
+    bad("rejection_sample_method", "\"synthetic\" needs synthetic_acceptance_length or synthetic_acceptance_rates");
+  if (c.rejection_sample_method != "synthetic" &&
+      (c.synthetic_acceptance_length != 0 || !c.synthetic_acceptance_rates.empty()))
+    bad("synthetic_acceptance_length", "only used with rejection_sample_method \"synthetic\"");
+  c.enabled = true;
+  return c;
+}
+
+std::string SpeculativeConfig::describe() const {
+  if (!enabled) return "speculative decoding off";
+  std::ostringstream o;
+  o << "speculative decoding: " << method << ", " << num_speculative_tokens << " draft tokens, draft sampling "
+    << draft_sample_method << ", verification " << rejection_sample_method;
+  if (rejection_sample_method == "synthetic") {
+    if (synthetic_acceptance_length > 0) o << " (acceptance length " << synthetic_acceptance_length << ")";
+    else o << " (per-position rates)";
+  }
+  if (!attention_backend.empty()) o << "; attention_backend " << attention_backend << " is a GPU backend name, the CPU draft attention is used";
+  return o.str();
+}
+
+}  // namespace m3

@@ -1,0 +1,29 @@
+// SpeculativeConfig: the --speculative-config JSON object, with vLLM's keys (serving.md section 3):
+// method (dspark), num_speculative_tokens, draft_sample_method, rejection_sample_method, the draft's
+// kv_cache_dtype, an optional draft `model` folder, and the synthetic-acceptance settings used for
+// benchmarking. Unknown keys and values are errors that name the key and the allowed values.
+#pragma once
+#include <string>
+#include <vector>
+
+namespace m3 {
+
+struct SpeculativeConfig {
+  bool enabled = false;
+  std::string method;                 // "dspark"
+  std::string model;                  // draft folder; empty = <target>/dspark
+  int num_speculative_tokens = 0;     // drafts per step (<= dspark_block_size)
+  std::string draft_sample_method = "probabilistic";  // or "greedy"
+  std::string rejection_sample_method = "standard";   // "block", "standard" or "synthetic"
+  std::string kv_cache_dtype;         // draft KV dtype; empty = inherit --kv-cache-dtype
+  std::string attention_backend;      // accepted for drop-in compatibility (GPU backend names)
+  // rejection_sample_method "synthetic": a target acceptance length, or per-position rates.
+  double synthetic_acceptance_length = 0;
+  std::vector<double> synthetic_acceptance_rates;
+
+  // Parses the JSON text of --speculative-config; "" gives a disabled config. Throws m3::Error.
+  static SpeculativeConfig parse(const std::string& json_text);
+  std::string describe() const;
+};
+
+}  // namespace m3

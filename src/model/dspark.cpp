@@ -1,0 +1,365 @@
+// DSpark draft: config, weights and the two passes (context K/V from target taps; the block pass).
+// See dspark.h and serving.md section 1.3 for the math.
+#include "model/dspark.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <sstream>
+
+#include "formats/error.h"
+#include "kernels/cpu/elementwise.h"
+#include "model/json_reader.h"
+#include "model/model.h"
+#include "model/tensor_loader.h"
+
+namespace m3 {
+
+using nlohmann::json;
+
+DSparkConfig DSparkConfig::from_dir(const std::string& dir, const ModelConfig& target) {
+  const std::string path = (std::filesystem::path(dir) / "config.json").string();
+  std::ifstream in(path);
+  if (!in) throw Error(path + ": cannot open the DSpark draft's config (is " + dir + " a dspark/ folder?)");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  json top;
+  try {
+    top = json::parse(ss.str());
+  } catch (const std::exception& e) {
+    throw Error(path + ": not valid JSON (" + e.what() + ")");
+  }
+  if (!top.is_object()) throw Error(path + ": expected a JSON object");
+  const bool nested = top.contains("text_config") && top["text_config"].is_object();
+  const json& tc = nested ? top["text_config"] : top;
+  JsonReader r{tc, path + (nested ? ": text_config" : ":")};
+  DSparkConfig c;
+  c.dir = dir;
+  c.n_layers = r.positive("num_hidden_layers");
+  c.hidden = r.positive("hidden_size");
+  c.vocab = r.positive("vocab_size");
+  c.n_heads = r.positive("num_attention_heads");
+  c.n_kv_heads = r.positive("num_key_value_heads");
+  c.head_dim = r.has("head_dim") ? r.positive("head_dim") : c.hidden / c.n_heads;
+  if (c.n_heads % c.n_kv_heads) r.fail("num_key_value_heads", "must divide num_attention_heads");
+  c.rotary_dim = r.has("rotary_dim") ? r.positive("rotary_dim")
+                                     : int(c.head_dim * r.number_or("partial_rotary_factor", 1.0));
+  if (c.rotary_dim % 2 || c.rotary_dim > c.head_dim)
+    r.fail("rotary_dim", "expected an even number <= head_dim " + std::to_string(c.head_dim));
+  c.rope_theta = r.number("rope_theta");
+  c.rms_eps = float(r.number_or("rms_norm_eps", 1e-6));
+  c.inter = r.has("dspark_ffn_hidden_size") ? r.positive("dspark_ffn_hidden_size") : r.positive("dense_intermediate_size");
+  c.block_size = r.positive("dspark_block_size");
+  c.noise_token = int(r.integer("dspark_noise_token_id"));
+  c.markov_rank = r.positive("dspark_markov_rank");
+  c.sliding_window = int(r.integer_or("sliding_window", int64_t(1) << 30));
+  if (c.sliding_window < 1) r.fail("sliding_window", "must be positive");
+  c.swiglu_alpha = float(r.number_or("swiglu_alpha", 1.702));
+  c.swiglu_limit = float(r.number_or("swiglu_limit", 7.0));
+  c.confidence_head = r.boolean_or("enable_confidence_head", false);
+  const std::string mh = r.string_or("dspark_markov_head_type", "vanilla");
+  if (mh != "vanilla") r.fail("dspark_markov_head_type", "only \"vanilla\" is supported, got \"" + mh + "\"");
+  if (!r.boolean_or("use_gemma_norm", true)) r.fail("use_gemma_norm", "only Gemma (1 + w) norms are supported");
+  if (r.has("sparse_attention_config")) r.fail("sparse_attention_config", "the draft uses plain attention (expected null)");
+  if (r.has("moe_layer_freq")) {
+    for (const auto& v : tc["moe_layer_freq"])
+      if (!v.is_number_integer() || v.get<int>() != 0) r.fail("moe_layer_freq", "the draft has dense layers only (all 0)");
+  }
+  if (!r.has("dspark_target_layer_ids") || !tc["dspark_target_layer_ids"].is_array() ||
+      tc["dspark_target_layer_ids"].empty())
+    r.fail("dspark_target_layer_ids", "missing (expected a list of target layer ids)");
+  for (const auto& v : tc["dspark_target_layer_ids"]) {
+    if (!v.is_number_integer() || v.get<int>() < 0 || v.get<int>() >= target.n_layers)
+      r.fail("dspark_target_layer_ids", "entries must be target layer ids in [0, " + std::to_string(target.n_layers) +
+                                            "), got " + v.dump());
+    c.target_layers.push_back(v.get<int>());
+  }
+  if (c.hidden != target.hidden)
+    r.fail("hidden_size", std::to_string(c.hidden) + " differs from the target's " + std::to_string(target.hidden));
+  if (c.vocab != target.vocab)
+    r.fail("vocab_size", std::to_string(c.vocab) + " differs from the target's " + std::to_string(target.vocab));
+  if (c.noise_token < 0 || c.noise_token >= c.vocab) r.fail("dspark_noise_token_id", "outside the vocabulary");
+  const json* q = top.contains("quantization_config") && top["quantization_config"].is_object() ? &top["quantization_config"]
+                  : tc.contains("quantization_config") && tc["quantization_config"].is_object() ? &tc["quantization_config"]
+                                                                                                  : nullptr;
+  if (q) {
+    JsonReader qr{*q, path + ": quantization_config"};
+    const std::string m = qr.string_or("quant_method", "");
+    if (m == "mxfp8" || m == "fp8") {
+      c.format = WeightFormat::MXFP8;
+    } else {
+      qr.fail("quant_method", "the draft supports \"mxfp8\" (or no quantization_config for BF16), got \"" + m + "\"");
+    }
+  }
+  return c;
+}
+
+ModelConfig DSparkConfig::kv_layout() const {
+  ModelConfig m;
+  m.hidden = hidden;
+  m.n_layers = n_layers;
+  m.n_heads = n_heads;
+  m.n_kv_heads = n_kv_heads;
+  m.head_dim = head_dim;
+  m.vocab = vocab;
+  m.rotary_dim = rotary_dim;
+  m.rope_theta = rope_theta;
+  m.moe_layer.assign(size_t(n_layers), 0);
+  m.sparse_layer.assign(size_t(n_layers), 0);
+  m.dir = dir;
+  return m;
+}
+
+struct DSparkDraft::Layer {
+  std::vector<float> input_norm, post_attn_norm, q_norm, k_norm;
+  Linear q, k, v, o, gate, up, down;
+};
+
+DSparkDraft::DSparkDraft(const std::string& dir, const Model& target)
+    : cfg_(DSparkConfig::from_dir(dir, target.config())), target_(target) {
+  store_ = std::make_unique<TensorStore>(dir);
+  TensorLoader ld(*store_);
+  const std::string P = "language_model.model.dspark.";
+  const int64_t H = cfg_.hidden, D = cfg_.head_dim, V = cfg_.vocab, R = cfg_.markov_rank;
+  const int64_t TW = taps_width();
+  fc_ = ld.linear(P + "fc", H, TW, WeightFormat::Plain);
+  hidden_norm_ = ld.vec(P + "hidden_norm.weight", H, true);
+  final_norm_ = ld.vec(P + "final_norm.weight", H, true);
+  markov_w1_ = &ld.tensor(P + "markov_head.markov_w1.weight");
+  ld.expect_dtype(*markov_w1_, {DType::BF16, DType::F16, DType::F32}, "BF16, F16 or F32");
+  ld.expect_shape(*markov_w1_, {V, R});
+  markov_w2_ = ld.linear(P + "markov_head.markov_w2", V, R, WeightFormat::Plain);
+  if (cfg_.confidence_head) {  // loaded and checked; only adaptive verification would use it
+    ld.expect_shape(ld.tensor(P + "confidence_head.proj.weight"), {1, H + R});
+    ld.expect_shape(ld.tensor(P + "confidence_head.proj.bias"), {1});
+  }
+  bytes_ = double(fc_.bytes() + markov_w2_.bytes() + markov_w1_->nbytes);
+  layers_.resize(size_t(cfg_.n_layers));
+  for (int l = 0; l < cfg_.n_layers; ++l) {
+    Layer& L = layers_[size_t(l)];
+    const std::string B = P + "layers." + std::to_string(l) + ".decoder_layer.";
+    const WeightFormat f = cfg_.format;
+    L.input_norm = ld.vec(B + "input_layernorm.weight", H, true);
+    L.post_attn_norm = ld.vec(B + "post_attention_layernorm.weight", H, true);
+    L.q_norm = ld.vec(B + "self_attn.q_norm.weight", D, true);
+    L.k_norm = ld.vec(B + "self_attn.k_norm.weight", D, true);
+    L.q = ld.linear(B + "self_attn.q_proj", int64_t(cfg_.n_heads) * D, H, f);
+    L.k = ld.linear(B + "self_attn.k_proj", int64_t(cfg_.n_kv_heads) * D, H, f);
+    L.v = ld.linear(B + "self_attn.v_proj", int64_t(cfg_.n_kv_heads) * D, H, f);
+    L.o = ld.linear(B + "self_attn.o_proj", H, int64_t(cfg_.n_heads) * D, f);
+    L.gate = ld.linear(B + "mlp.gate_proj", cfg_.inter, H, f);
+    L.up = ld.linear(B + "mlp.up_proj", cfg_.inter, H, f);
+    L.down = ld.linear(B + "mlp.down_proj", H, cfg_.inter, f);
+    for (const Linear* x : {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down}) bytes_ += double(x->bytes());
+  }
+}
+
+DSparkDraft::~DSparkDraft() = default;
+
+void DSparkDraft::ensure(int64_t rows) {
+  if (rows <= ws_rows_) return;
+  const int64_t H = cfg_.hidden, QW = int64_t(cfg_.n_heads) * cfg_.head_dim,
+                KW = int64_t(cfg_.n_kv_heads) * cfg_.head_dim;
+  x_.resize(size_t(rows * std::max<int64_t>(H, taps_width())));
+  a_.resize(size_t(rows * H));
+  tmp_.resize(size_t(rows * H));
+  q_.resize(size_t(rows * QW));
+  att_.resize(size_t(rows * QW));
+  k_.resize(size_t(rows * KW));
+  v_.resize(size_t(rows * KW));
+  g_.resize(size_t(rows * cfg_.inter));
+  u_.resize(size_t(rows * cfg_.inter));
+  cos_.resize(size_t(rows * cfg_.rotary_dim / 2));
+  sin_.resize(size_t(rows * cfg_.rotary_dim / 2));
+  ws_rows_ = rows;
+}
+
+void DSparkDraft::write_context(const DraftContextRows* rows, int nrows) {
+  int64_t R = 0;
+  for (int i = 0; i < nrows; ++i) R += rows[i].n;
+  if (R == 0) return;
+  ensure(R);
+  const int64_t H = cfg_.hidden, D = cfg_.head_dim, TW = taps_width(), KW = int64_t(cfg_.n_kv_heads) * D;
+  const int half = cfg_.rotary_dim / 2;
+  // Gather the taps rows (x_ has room for R x TW), fuse: c = hidden_norm(fc(taps)).
+  int64_t r = 0;
+  for (int i = 0; i < nrows; ++i)
+    for (int64_t t = 0; t < rows[i].n; ++t, ++r) {
+      std::copy(rows[i].taps + t * TW, rows[i].taps + (t + 1) * TW, x_.data() + r * TW);
+      rope_table(rows[i].start + t, cfg_.rotary_dim, cfg_.rope_theta, &cos_[size_t(r * half)], &sin_[size_t(r * half)]);
+    }
+  linear_forward(fc_, x_.data(), R, a_.data());
+  for (int64_t t = 0; t < R; ++t) rms_norm(&a_[size_t(t * H)], hidden_norm_.data(), H, cfg_.rms_eps, &a_[size_t(t * H)]);
+  // Context K/V of every layer: no input norm on c (serving.md 1.3 step 3).
+  for (int l = 0; l < cfg_.n_layers; ++l) {
+    const Layer& L = layers_[size_t(l)];
+    linear_forward(L.k, a_.data(), R, k_.data());
+    linear_forward(L.v, a_.data(), R, v_.data());
+    r = 0;
+    for (int i = 0; i < nrows; ++i)
+      for (int64_t t = 0; t < rows[i].n; ++t, ++r) {
+        for (int g = 0; g < cfg_.n_kv_heads; ++g) {
+          float* kh = &k_[size_t(r * KW + g * D)];
+          rms_norm(kh, L.k_norm.data(), D, cfg_.rms_eps, kh);
+          rope_apply(kh, cfg_.rotary_dim, &cos_[size_t(r * half)], &sin_[size_t(r * half)]);
+        }
+        rows[i].kv->store(l, rows[i].start + t, &k_[size_t(r * KW)], &v_[size_t(r * KW)], nullptr);
+      }
+  }
+}
+
+namespace {
+
+// Online-softmax state of one (slot, head) query row.
+struct SoftmaxRow {
+  float m, l;
+  float* acc;
+};
+
+inline void softmax_update(SoftmaxRow& s, float score, const float* vrow, int D) {
+  if (score > s.m) {
+    const float c = std::exp(s.m - score);
+    s.l *= c;
+    for (int d = 0; d < D; ++d) s.acc[d] *= c;
+    s.m = score;
+  }
+  const float p = std::exp(score - s.m);
+  s.l += p;
+  for (int d = 0; d < D; ++d) s.acc[d] += p * vrow[d];
+}
+
+inline float dotf(const float* a, const float* b, int n) {
+  float s = 0;
+  for (int i = 0; i < n; ++i) s += a[i] * b[i];
+  return s;
+}
+
+}  // namespace
+
+void DSparkDraft::propose(const DraftQuery* queries, int nq, int nslots, float* out) {
+  const int S = cfg_.block_size;
+  if (nq <= 0) return;
+  if (nslots < 1 || nslots > S)
+    throw Error("DSpark: " + std::to_string(nslots) + " draft slots requested, the block has " + std::to_string(S));
+  const int64_t rows = int64_t(nq) * S;
+  ensure(rows);
+  const int64_t H = cfg_.hidden, D = cfg_.head_dim, QW = int64_t(cfg_.n_heads) * D, KW = int64_t(cfg_.n_kv_heads) * D;
+  const int half = cfg_.rotary_dim / 2, G = cfg_.n_heads / cfg_.n_kv_heads;
+  const TensorView& emb = target_.weights().embed();
+  for (int qi = 0; qi < nq; ++qi)
+    for (int j = 0; j < S; ++j) {
+      const int64_t r = int64_t(qi) * S + j;
+      embedding_row(emb, j == 0 ? queries[qi].anchor : cfg_.noise_token, H, &x_[size_t(r * H)]);
+      rope_table(queries[qi].pos + j, cfg_.rotary_dim, cfg_.rope_theta, &cos_[size_t(r * half)], &sin_[size_t(r * half)]);
+    }
+  const float scale = 1.0f / std::sqrt(float(D));
+  const int64_t W = cfg_.sliding_window;
+  for (int l = 0; l < cfg_.n_layers; ++l) {
+    const Layer& L = layers_[size_t(l)];
+    for (int64_t t = 0; t < rows; ++t) rms_norm(&x_[size_t(t * H)], L.input_norm.data(), H, cfg_.rms_eps, &a_[size_t(t * H)]);
+    linear_forward(L.q, a_.data(), rows, q_.data());
+    linear_forward(L.k, a_.data(), rows, k_.data());
+    linear_forward(L.v, a_.data(), rows, v_.data());
+    for (int64_t t = 0; t < rows; ++t) {
+      const float *cs = &cos_[size_t(t * half)], *sn = &sin_[size_t(t * half)];
+      for (int h = 0; h < cfg_.n_heads; ++h) {
+        float* qh = &q_[size_t(t * QW + h * D)];
+        rms_norm(qh, L.q_norm.data(), D, cfg_.rms_eps, qh);
+        rope_apply(qh, cfg_.rotary_dim, cs, sn);
+      }
+      for (int g = 0; g < cfg_.n_kv_heads; ++g) {
+        float* kh = &k_[size_t(t * KW + g * D)];
+        rms_norm(kh, L.k_norm.data(), D, cfg_.rms_eps, kh);
+        rope_apply(kh, cfg_.rotary_dim, cs, sn);
+      }
+    }
+    // Attention: windowed context (from the KVView) + all S block slots, non-causal.
+    const int work = nq * cfg_.n_kv_heads;
+#pragma omp parallel if (work > 1)
+    {
+      const int chunk = queries[0].kv ? queries[0].kv->chunk() : 128;
+      std::vector<float> kbuf(size_t(chunk) * D), vbuf(size_t(chunk) * D), acc(size_t(S) * G * D);
+      std::vector<SoftmaxRow> st(size_t(S) * G);
+#pragma omp for schedule(dynamic, 1)
+      for (int w = 0; w < work; ++w) {
+        const int qi = w / cfg_.n_kv_heads, g = w % cfg_.n_kv_heads;
+        const DraftQuery& Q = queries[qi];
+        const int64_t base = int64_t(qi) * S;
+        for (int i = 0; i < S * G; ++i) {
+          st[size_t(i)] = {-std::numeric_limits<float>::infinity(), 0.f, &acc[size_t(i) * D]};
+          std::fill(st[size_t(i)].acc, st[size_t(i)].acc + D, 0.f);
+        }
+        auto qrow = [&](int j, int hh) { return &q_[size_t((base + j) * QW + (int64_t(g) * G + hh) * D)]; };
+        const int64_t lo0 = std::max<int64_t>(0, Q.pos - (W - 1));  // slot 0's window start (the widest)
+        const int cw = Q.kv ? Q.kv->chunk() : chunk;
+        for (int64_t lo = lo0; lo < Q.pos;) {
+          const int64_t n = std::min<int64_t>(Q.pos, (lo / cw + 1) * cw) - lo;
+          int64_t ks = 0, vs = 0;
+          const float* K = Q.kv->k_rows(l, g, lo, n, kbuf.data(), &ks);
+          const float* Vv = Q.kv->v_rows(l, g, lo, n, vbuf.data(), &vs);
+          for (int j = 0; j < S; ++j) {
+            const int64_t from = std::max<int64_t>(lo, Q.pos + j - (W - 1));
+            for (int hh = 0; hh < G; ++hh) {
+              SoftmaxRow& s = st[size_t(j * G + hh)];
+              const float* qv = qrow(j, hh);
+              for (int64_t t = from; t < lo + n; ++t)
+                softmax_update(s, dotf(qv, K + (t - lo) * ks, int(D)) * scale, Vv + (t - lo) * vs, int(D));
+            }
+          }
+          lo += n;
+        }
+        for (int j = 0; j < S; ++j)
+          for (int hh = 0; hh < G; ++hh) {
+            SoftmaxRow& s = st[size_t(j * G + hh)];
+            const float* qv = qrow(j, hh);
+            for (int r2 = 0; r2 < S; ++r2)
+              softmax_update(s, dotf(qv, &k_[size_t((base + r2) * KW + g * D)], int(D)) * scale,
+                             &v_[size_t((base + r2) * KW + g * D)], int(D));
+            float* o = &att_[size_t((base + j) * QW + (int64_t(g) * G + hh) * D)];
+            for (int d = 0; d < D; ++d) o[d] = s.acc[d] / s.l;
+          }
+      }
+    }
+    linear_forward(L.o, att_.data(), rows, tmp_.data());
+    for (int64_t i = 0; i < rows * H; ++i) x_[size_t(i)] += tmp_[size_t(i)];
+    for (int64_t t = 0; t < rows; ++t) rms_norm(&x_[size_t(t * H)], L.post_attn_norm.data(), H, cfg_.rms_eps, &a_[size_t(t * H)]);
+    linear_forward(L.gate, a_.data(), rows, g_.data());
+    linear_forward(L.up, a_.data(), rows, u_.data());
+    swiglu_oai(g_.data(), u_.data(), rows * cfg_.inter, cfg_.swiglu_alpha, cfg_.swiglu_limit, cfg_.swiglu_beta, g_.data());
+    linear_forward(L.down, g_.data(), rows, tmp_.data());
+    for (int64_t i = 0; i < rows * H; ++i) x_[size_t(i)] += tmp_[size_t(i)];
+  }
+  // Final norm + the target's lm_head for the first nslots slots of each block.
+  int64_t nout = 0;
+  for (int qi = 0; qi < nq; ++qi)
+    for (int j = 0; j < nslots; ++j)
+      rms_norm(&x_[size_t((int64_t(qi) * S + j) * H)], final_norm_.data(), H, cfg_.rms_eps, &a_[size_t((nout++) * H)]);
+  linear_forward(target_.weights().lm_head(), a_.data(), nout, out);
+}
+
+void DSparkDraft::add_markov(int32_t prev, float* logits) {
+  const int64_t V = cfg_.vocab, R = cfg_.markov_rank;
+  if (prev < 0 || prev >= V) throw Error("DSpark: previous token " + std::to_string(prev) + " outside the vocabulary");
+  w1row_.resize(size_t(R));
+  mk_.resize(size_t(V));
+  const TensorView& w1 = *markov_w1_;
+  const size_t esz = dtype_size(w1.dtype);
+  for (int64_t i = 0; i < R; ++i) {
+    const uint8_t* p = w1.data + (size_t(prev) * size_t(R) + size_t(i)) * esz;
+    if (w1.dtype == DType::F32) {
+      std::memcpy(&w1row_[size_t(i)], p, 4);
+    } else {
+      uint16_t u;
+      std::memcpy(&u, p, 2);
+      w1row_[size_t(i)] = w1.dtype == DType::BF16 ? bf16_to_float(u) : f16_to_float(u);
+    }
+  }
+  linear_forward(markov_w2_, w1row_.data(), 1, mk_.data());
+  for (int64_t i = 0; i < V; ++i) logits[i] += mk_[size_t(i)];
+}
+
+}  // namespace m3

@@ -1,0 +1,97 @@
+// DSpark draft model (serving.md section 1, model.md section 3.8): the checkpoint's dspark/ folder.
+// Target residual-stream taps of every processed token are fused (fc + hidden_norm) into context
+// K/V of the draft's layers; one parallel pass over a block of dspark_block_size slots (anchor +
+// noise tokens, non-causal inside the block, windowed context) gives the slots' logits through the
+// target's lm_head; the Markov head adds a low-rank bias from the previous draft token, slot by slot.
+// The draft's K/V live in a KVView the caller owns (the engine keeps them in the target's pages).
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "formats/safetensors.h"
+#include "kernels/cpu/linear.h"
+#include "model/config.h"
+#include "model/kv_view.h"
+
+namespace m3 {
+
+class Model;
+
+struct DSparkConfig {
+  int n_layers = 0, hidden = 0, n_heads = 0, n_kv_heads = 0, head_dim = 0, rotary_dim = 0, vocab = 0;
+  int inter = 0;            // dense_intermediate_size (dspark_ffn_hidden_size)
+  int block_size = 0;       // dspark_block_size: slots per draft pass (anchor + noise)
+  int noise_token = 0;      // dspark_noise_token_id
+  int markov_rank = 0;      // dspark_markov_rank
+  int sliding_window = 0;   // keys at positions >= query position - (sliding_window - 1)
+  std::vector<int> target_layers;  // dspark_target_layer_ids (tap = output of that target layer)
+  double rope_theta = 0;
+  float rms_eps = 1e-6f;
+  float swiglu_alpha = 1.702f, swiglu_limit = 7.0f, swiglu_beta = 1.0f;
+  bool confidence_head = false;
+  WeightFormat format = WeightFormat::Plain;  // layer linears (fc is plain)
+  std::string dir;
+
+  // Reads DIR/config.json and checks it against the target (hidden size, vocabulary, layer ids).
+  static DSparkConfig from_dir(const std::string& dir, const ModelConfig& target);
+  // The draft's K/V lanes described as a ModelConfig (dense layers only), for a KV pool.
+  ModelConfig kv_layout() const;
+};
+
+// Rows of target taps to turn into draft context: n tokens at positions start..start+n-1 of one
+// sequence, taps rows [n, target_layers.size() * hidden].
+struct DraftContextRows {
+  KVView* kv;
+  const float* taps;
+  int64_t start;
+  int64_t n;
+};
+
+// One sequence's draft block: the anchor (last sampled, not yet verified token) at position `pos`;
+// its context is kv positions [0, pos).
+struct DraftQuery {
+  const KVView* kv;
+  int32_t anchor;
+  int64_t pos;
+};
+
+class DSparkDraft {
+ public:
+  // Loads DIR (config.json + safetensors); embeddings and lm_head come from `target`.
+  DSparkDraft(const std::string& dir, const Model& target);
+  ~DSparkDraft();
+
+  const DSparkConfig& config() const { return cfg_; }
+  int taps_width() const { return int(cfg_.target_layers.size()) * cfg_.hidden; }
+  double bytes() const { return bytes_; }
+
+  // Fuses the taps and stores the context K/V of every row (all draft layers).
+  void write_context(const DraftContextRows* rows, int nrows);
+
+  // Runs the block pass for every query and writes the pre-Markov logits z_j of the first `nslots`
+  // slots: out[(q * nslots + j) * vocab ...]. nslots <= block_size.
+  void propose(const DraftQuery* queries, int nq, int nslots, float* out);
+
+  // logits[0..vocab) += markov_w2 · markov_w1[prev]  (the Markov head's bias after token prev).
+  void add_markov(int32_t prev, float* logits);
+
+ private:
+  struct Layer;
+  void ensure(int64_t rows);
+
+  DSparkConfig cfg_;
+  const Model& target_;
+  std::unique_ptr<TensorStore> store_;
+  Linear fc_, markov_w2_;
+  const TensorView* markov_w1_ = nullptr;
+  std::vector<float> hidden_norm_, final_norm_;
+  std::vector<Layer> layers_;
+  double bytes_ = 0;
+  // Workspace, grown on demand.
+  int64_t ws_rows_ = 0;
+  std::vector<float> x_, a_, q_, k_, v_, att_, tmp_, g_, u_, cos_, sin_, w1row_, mk_;
+};
+
+}  // namespace m3

@@ -1,0 +1,317 @@
+// DSpark speculative decoding in the engine, on the shipped demo model and its dspark/ draft:
+// the draft's block pass equals the PyTorch draft (tests/data/demo/dspark_golden.*); greedy outputs
+// are token-for-token identical with and without speculation, alone and in a batch of 16 mixed
+// requests, also under prefix-cache hits, preemption and aborts; the counters add up; synthetic
+// acceptance reaches its configured length; bad configurations fail at start with clear messages.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "engine_test_util.h"
+#include "formats/error.h"
+#include "model/dspark.h"
+#include "model/kv_cache.h"
+#include "tokenizer/tokenizer.h"
+
+namespace {
+
+using m3::Engine;
+using m3::EngineConfig;
+using m3::SamplingParams;
+
+const std::string kModel = std::string(M3_TEST_DATA) + "/../../models/demo";
+const std::string kData = std::string(M3_TEST_DATA) + "/demo";
+
+m3::Model& demo() {
+  static m3::Model m(kModel);
+  return m;
+}
+const m3::Tokenizer& demo_tok() {
+  static m3::Tokenizer t = m3::Tokenizer::from_dir(kModel);
+  return t;
+}
+
+EngineConfig spec_config(int k, const std::string& rejection, const std::string& draft_sample = "probabilistic") {
+  EngineConfig c;
+  c.num_pages = 64;
+  c.spec = m3::SpeculativeConfig::parse(R"({"method":"dspark","num_speculative_tokens":)" + std::to_string(k) +
+                                        R"(,"rejection_sample_method":")" + rejection + R"(","draft_sample_method":")" +
+                                        draft_sample + R"("})");
+  return c;
+}
+
+// Prompts of assorted kinds and lengths (some beyond the MSA selection span of 8 x 32 tokens).
+std::vector<std::vector<int32_t>> demo_prompts() {
+  const std::vector<std::string> texts = {
+      "In the beginning God created",
+      "What is 37 * 12?",
+      "And Jesus said unto them",
+      "Genesis 1:1",
+      "The LORD is my shepherd; I shall not want.",
+      "Convert 12 miles to kilometers.",
+  };
+  std::vector<std::vector<int32_t>> out;
+  for (const auto& t : texts) out.push_back(demo_tok().encode(t, true));
+  // Long ones from the held-out passages.
+  std::ifstream f(kData + "/heldout_tokens.txt");
+  std::string line;
+  while (out.size() < 10 && std::getline(f, line)) {
+    std::istringstream ss(line);
+    std::vector<int32_t> ids;
+    int32_t x;
+    while (ss >> x) ids.push_back(x);
+    ids.resize(std::min<size_t>(ids.size(), 140 + 40 * (out.size() - 6)));
+    out.push_back(ids);
+  }
+  return out;
+}
+
+// 16 mixed greedy requests: different prompts, lengths, max_tokens, penalties, stop tokens.
+std::map<std::string, m3test::Finished> run_mixed(const EngineConfig& cfg, int n = 16, bool abort_some = false,
+                                                  m3::EngineStats* stats = nullptr, int extra_tokens = 0) {
+  Engine e(demo(), &demo_tok(), cfg);
+  const auto prompts = demo_prompts();
+  for (int i = 0; i < n; ++i) {
+    SamplingParams p;
+    p.temperature = 0.0f;
+    p.max_tokens = 12 + 6 * (i % 5) + extra_tokens;
+    p.ignore_eos = i % 3 == 0;
+    if (i % 4 == 1) p.repetition_penalty = 1.3f;
+    if (i % 5 == 2) p.frequency_penalty = 0.5f;
+    if (i % 7 == 3) p.stop_token_ids = {demo_tok().encode(" the", false).at(0)};
+    e.add_request("r" + std::to_string(i), prompts[size_t(i) % prompts.size()], p);
+  }
+  std::map<std::string, m3test::Finished> out;
+  if (!abort_some) {
+    out = m3test::drain(e);
+    if (stats) *stats = e.stats();
+    return out;
+  }
+  int steps = 0;
+  while (e.has_work()) {
+    for (auto& o : e.step()) {
+      auto& f = out[o.request_id];
+      f.tokens.insert(f.tokens.end(), o.new_tokens.begin(), o.new_tokens.end());
+      if (o.finished) f.reason = o.finish_reason;
+    }
+    if (++steps == 4)
+      for (int i = 0; i < n; i += 5) e.abort("r" + std::to_string(i));
+  }
+  return out;
+}
+
+TEST(SpecEngine, DraftBlockPassMatchesPyTorch) {
+  std::ifstream jf(kData + "/dspark_golden.json");
+  ASSERT_TRUE(jf.good());
+  const auto g = nlohmann::json::parse(jf);
+  const int64_t V = g["vocab"];
+  std::ifstream bf(kData + "/dspark_golden.f32", std::ios::binary);
+  std::vector<float> ref;
+  bf.seekg(0, std::ios::end);
+  const size_t bytes = size_t(bf.tellg());
+  bf.seekg(0);
+  ref.resize(bytes / 4);
+  bf.read(reinterpret_cast<char*>(ref.data()), std::streamsize(bytes));
+  const std::vector<int32_t> toks = g["tokens"].get<std::vector<int32_t>>();
+  const std::vector<int> slots = g["slots"].get<std::vector<int>>();
+
+  m3::Model& m = demo();
+  m3::DSparkDraft draft(kModel + "/dspark", m);
+  m.set_tap_layers(draft.config().target_layers);
+  const int64_t T = int64_t(toks.size());
+  std::vector<float> taps(static_cast<size_t>(T * draft.taps_width())), logits(static_cast<size_t>(V));
+  m3::SeqCache cache = m.new_cache(T);
+  m3::BatchItem it{&cache, toks.data(), T, 0, T - 1};
+  m.forward_batch(&it, 1, logits.data(), m3::AttentionPath::Sparse, taps.data());
+  m.set_tap_layers({});
+  size_t off = 0;
+  double worst = 0;
+  for (const auto& c : g["cases"]) {
+    const int64_t p = c["pos"];
+    m3::SeqCache dkv(draft.config().kv_layout(), p + 1);
+    m3::DraftContextRows rows{&dkv, taps.data(), 0, p};
+    draft.write_context(&rows, 1);
+    dkv.n_tokens = p;
+    const int S = draft.config().block_size;
+    std::vector<float> z(size_t(S * V));
+    m3::DraftQuery q{&dkv, int32_t(c["anchor"]), p};
+    draft.propose(&q, 1, S, z.data());
+    for (int j : slots) {
+      double md = 0;
+      for (int64_t v = 0; v < V; ++v) md = std::max(md, double(std::fabs(z[size_t(j * V + v)] - ref[off + size_t(v)])));
+      off += size_t(V);
+      EXPECT_LT(md, 2e-3) << "position " << p << " slot " << j;
+      worst = std::max(worst, md);
+    }
+    std::vector<float> mk(size_t(V), 0.0f);
+    draft.add_markov(int32_t(c["anchor"]), mk.data());
+    double md = 0;
+    for (int64_t v = 0; v < V; ++v) md = std::max(md, double(std::fabs(mk[size_t(v)] - ref[off + size_t(v)])));
+    off += size_t(V);
+    EXPECT_LT(md, 1e-5) << "Markov bias at position " << p;
+  }
+  EXPECT_EQ(off, ref.size());
+  std::printf("draft block logits vs PyTorch: max-abs %.3g\n", worst);
+}
+
+TEST(SpecEngine, GreedyIdenticalAloneAndInBatch) {
+  EngineConfig base;
+  base.num_pages = 64;
+  const auto ref_single = [&] {
+    Engine e(demo(), &demo_tok(), base);
+    SamplingParams p;
+    p.temperature = 0;
+    p.max_tokens = 64;
+    p.ignore_eos = true;
+    e.add_request("a", demo_prompts()[0], p);
+    return m3test::drain(e)["a"].tokens;
+  }();
+  const auto ref_batch = run_mixed(base);
+  struct Case {
+    int k;
+    const char* rej;
+    const char* ds;
+  };
+  for (const Case& cs : {Case{1, "standard", "probabilistic"}, Case{3, "block", "probabilistic"},
+                         Case{7, "block", "probabilistic"}, Case{7, "standard", "greedy"}}) {
+    const int k = cs.k;
+    const char* rej = cs.rej;
+    const char* ds = cs.ds;
+    {
+      {
+        const EngineConfig c = spec_config(k, rej, ds);
+        Engine e(demo(), &demo_tok(), c);
+        SamplingParams p;
+        p.temperature = 0;
+        p.max_tokens = 64;
+        p.ignore_eos = true;
+        e.add_request("a", demo_prompts()[0], p);
+        EXPECT_EQ(m3test::drain(e)["a"].tokens, ref_single) << "k=" << k << " " << rej << " " << ds;
+        const auto st = e.stats();
+        EXPECT_GT(st.spec_drafts, 0);
+        EXPECT_GT(st.spec_accepted_tokens, 0) << "the trained draft accepts some tokens";
+        const auto got = run_mixed(c);
+        ASSERT_EQ(got.size(), ref_batch.size());
+        for (const auto& [id, f] : ref_batch) {
+          EXPECT_EQ(got.at(id).tokens, f.tokens) << id << " k=" << k << " " << rej << " " << ds;
+          EXPECT_EQ(got.at(id).reason, f.reason) << id;
+        }
+      }
+    }
+  }
+}
+
+TEST(SpecEngine, GreedyIdenticalUnderPreemptionPrefixCacheAndAborts) {
+  EngineConfig base;
+  base.num_pages = 10;  // 320 tokens for 10 requests: forces preemption and recompute
+  base.max_num_batched_tokens = 96;
+  EngineConfig spec = spec_config(7, "block");
+  spec.num_pages = base.num_pages;
+  spec.max_num_batched_tokens = base.max_num_batched_tokens;
+  const auto ref = run_mixed(base, 10, false, nullptr, 40);
+  m3::EngineStats st;
+  const auto got = run_mixed(spec, 10, false, &st, 40);
+  for (const auto& [id, f] : ref) EXPECT_EQ(got.at(id).tokens, f.tokens) << id;
+  EXPECT_GT(st.preemptions, 0);
+  EXPECT_GT(st.prefix_hits, 0);
+  EXPECT_GT(st.spec_accepted_tokens, 0);
+  // Aborts mid-flight leave the other requests' outputs unchanged.
+  const auto ref_ab = run_mixed(base, 10, true);
+  const auto got_ab = run_mixed(spec, 10, true);
+  for (const auto& [id, f] : ref_ab)
+    if (f.reason != m3::FinishReason::Abort && f.reason != m3::FinishReason::None) {
+      EXPECT_EQ(got_ab.at(id).tokens, f.tokens) << id;
+    }
+}
+
+TEST(SpecEngine, CountersAddUp) {
+  Engine e(demo(), &demo_tok(), spec_config(7, "standard"));
+  const auto prompts = demo_prompts();
+  int64_t emitted = 0;
+  for (int i = 0; i < 4; ++i) {
+    SamplingParams p;
+    p.temperature = 0.7f;
+    p.seed = uint64_t(i);
+    p.has_seed = true;
+    p.max_tokens = 48;
+    p.ignore_eos = true;
+    e.add_request("c" + std::to_string(i), prompts[size_t(i)], p);
+  }
+  for (auto& [id, f] : m3test::drain(e)) emitted += int64_t(f.tokens.size());
+  const auto st = e.stats();
+  ASSERT_EQ(st.spec_accepted_per_pos.size(), 7u);
+  int64_t sum = 0;
+  for (size_t i = 0; i < 7; ++i) {
+    sum += st.spec_accepted_per_pos[i];
+    if (i) {
+      EXPECT_LE(st.spec_accepted_per_pos[i], st.spec_accepted_per_pos[i - 1]);
+    }
+  }
+  EXPECT_EQ(sum, st.spec_accepted_tokens);
+  EXPECT_LE(st.spec_accepted_tokens, st.spec_draft_tokens);
+  // Every token after each request's first comes from a verification step (accepted drafts + 1),
+  // except the last one of a request when no draft fits under max_tokens (a plain decode step).
+  const int64_t plain = emitted - (4 + st.spec_drafts + st.spec_accepted_tokens);
+  EXPECT_GE(plain, 0);
+  EXPECT_LE(plain, 4);
+  EXPECT_EQ(st.generated_tokens, emitted);
+}
+
+TEST(SpecEngine, SyntheticAcceptanceReachesConfiguredLength) {
+  EngineConfig c;
+  c.num_pages = 64;
+  c.spec = m3::SpeculativeConfig::parse(
+      R"({"method":"dspark","num_speculative_tokens":7,"rejection_sample_method":"synthetic","synthetic_acceptance_length":3.5})");
+  Engine e(demo(), &demo_tok(), c);
+  const auto prompts = demo_prompts();
+  for (int i = 0; i < 8; ++i) {
+    SamplingParams p;
+    p.temperature = 1.0f;
+    p.seed = uint64_t(100 + i);
+    p.has_seed = true;
+    p.max_tokens = 200;
+    p.ignore_eos = true;
+    e.add_request("s" + std::to_string(i), prompts[size_t(i) % prompts.size()], p);
+  }
+  m3test::drain(e);
+  const auto st = e.stats();
+  const double al = 1.0 + double(st.spec_accepted_tokens) / double(st.spec_drafts);
+  // vLLM's minimum-variance schedule for 3.5: the first two drafts always, the third half the time;
+  // only the last steps (capped by max_tokens) can be shorter.
+  EXPECT_NEAR(al, 3.5, 0.15) << st.spec_drafts << " drafts";
+}
+
+TEST(SpecEngine, BadConfigurationsFailAtStart) {
+  auto msg = [](const std::function<void()>& f) {
+    try {
+      f();
+    } catch (const m3::Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  EXPECT_NE(msg([] { m3::SpeculativeConfig::parse(R"({"method":"eagle3","num_speculative_tokens":3})"); })
+                .find("\"eagle3\" is not supported"),
+            std::string::npos);
+  EXPECT_NE(msg([] { m3::SpeculativeConfig::parse(R"({"method":"dspark"})"); }).find("num_speculative_tokens"),
+            std::string::npos);
+  EXPECT_NE(msg([] {
+              m3::SpeculativeConfig::parse(R"({"method":"dspark","num_speculative_tokens":3,"rejection_sample_method":"tree"})");
+            }).find("rejection_sample_method"),
+            std::string::npos);
+  EXPECT_NE(msg([] { m3::SpeculativeConfig::parse(R"({"method":"dspark","num_speculative_tokens":3,"foo":1})"); })
+                .find("foo: unknown key"),
+            std::string::npos);
+  EXPECT_NE(msg([] { Engine e(demo(), &demo_tok(), spec_config(8, "block")); }).find("exceeds the draft's dspark_block_size 7"),
+            std::string::npos);
+  // A checkpoint without dspark/: the engine names the folder it looked for.
+  m3::Model tiny(m3test::small_engine_model());
+  EngineConfig c = spec_config(3, "block");
+  const std::string m = msg([&] { Engine e(tiny, nullptr, c); });
+  EXPECT_NE(m.find("/dspark"), std::string::npos) << m;
+  EXPECT_NE(m.find("needs the draft model"), std::string::npos) << m;
+}
+
+}  // namespace
