@@ -1,14 +1,17 @@
 // DSpark speculative decoding in the engine, on the shipped demo model and its dspark/ draft:
 // the draft's block pass equals the PyTorch draft (tests/data/demo/dspark_golden.*); greedy outputs
 // are token-for-token identical with and without speculation, alone and in a batch of 16 mixed
-// requests, also under prefix-cache hits, preemption and aborts; the counters add up; synthetic
+// requests, also under prefix-cache hits, preemption and aborts; sampled outputs follow the target's
+// distribution (chi-square on the joint law of 4 tokens); the counters add up; synthetic
 // acceptance reaches its configured length; bad configurations fail at start with clear messages.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "chi_square.h"
 #include "engine_test_util.h"
 #include "formats/error.h"
 #include "model/dspark.h"
@@ -225,6 +228,81 @@ TEST(SpecEngine, GreedyIdenticalUnderPreemptionPrefixCacheAndAborts) {
       EXPECT_EQ(got_ab.at(id).tokens, f.tokens) << id;
     }
 }
+
+// Losslessness through the whole engine (draft, Markov head, distributions, verification, KV
+// rollback): with temperature 1 and top-k 3 every step has 3 candidates, so the joint law of the
+// first 4 generated tokens has at most 81 cells and is computed exactly by enumerating prefixes
+// with the plain forward pass. The speculative engine's samples must fit it (Pearson chi-square,
+// alpha = 1e-3, cells under 5 expected pooled). Tokens 2-4 come from speculative steps.
+void check_lossless(const char* rejection) {
+  const int64_t V = demo().config().vocab;
+  const std::vector<int32_t> prompt = demo_tok().encode("And God said, Let", true);
+  SamplingParams sp;
+  sp.temperature = 1.0f;
+  sp.top_k = 3;
+  sp.max_tokens = 4;
+  sp.ignore_eos = true;
+  // Exact joint law by enumeration (fp32 KV in both paths).
+  std::map<std::vector<int32_t>, double> exact;
+  std::vector<float> logits(static_cast<size_t>(V)), probs(static_cast<size_t>(V));
+  std::function<void(std::vector<int32_t>, double)> walk = [&](std::vector<int32_t> out, double pr) {
+    if (out.size() == 4) {
+      exact[out] = pr;
+      return;
+    }
+    std::vector<int32_t> all = prompt;
+    all.insert(all.end(), out.begin(), out.end());
+    m3::SeqCache cache = demo().new_cache(int64_t(all.size()));
+    demo().forward(all.data(), int64_t(all.size()), cache, logits.data());
+    m3::Sampler smp(sp);
+    smp.distribution(logits.data(), V, prompt, out, probs.data());
+    const std::vector<float> dist = probs;
+    for (int64_t t = 0; t < V; ++t)
+      if (dist[size_t(t)] > 0) {
+        std::vector<int32_t> next = out;
+        next.push_back(int32_t(t));
+        walk(next, pr * double(dist[size_t(t)]));
+      }
+  };
+  walk({}, 1.0);
+  ASSERT_LE(exact.size(), 81u);
+  std::map<std::vector<int32_t>, size_t> cell;
+  std::vector<double> p;
+  for (const auto& [k, v] : exact) {
+    cell[k] = p.size();
+    p.push_back(v);
+  }
+  std::vector<int64_t> counts(p.size() + 1, 0);  // last: outside the support
+  EngineConfig c = spec_config(3, rejection);
+  c.kv_cache_dtype = "fp32";
+  c.indexer_kv_dtype = "fp32";
+  c.max_num_batched_tokens = 4096;
+  Engine e(demo(), &demo_tok(), c);
+  const int N = 1500;
+  for (int base = 0; base < N; base += 500) {
+    for (int i = base; i < base + 500; ++i) {
+      SamplingParams q = sp;
+      q.has_seed = true;
+      q.seed = uint64_t(i) * 7919u + 17u;
+      e.add_request("s" + std::to_string(i), prompt, q);
+    }
+    for (const auto& [id, f] : m3test::drain(e)) {
+      auto it = cell.find(f.tokens);
+      ++counts[it == cell.end() ? p.size() : it->second];
+    }
+  }
+  const auto st = e.stats();
+  EXPECT_GT(st.spec_accepted_tokens, 0);
+  EXPECT_EQ(counts.back(), 0) << "samples outside the exact support";
+  counts.pop_back();
+  const m3test::ChiSquare r = m3test::chi_square(counts, p, rejection);
+  EXPECT_TRUE(r.pass()) << rejection << ": chi2 " << r.stat << " > critical " << r.critical;
+  std::printf("%s: acceptance length %.3f over %lld drafts\n", rejection,
+              1.0 + double(st.spec_accepted_tokens) / double(st.spec_drafts), (long long)st.spec_drafts);
+}
+
+TEST(SpecEngine, SampledOutputFollowsTargetBlock) { check_lossless("block"); }
+TEST(SpecEngine, SampledOutputFollowsTargetStandard) { check_lossless("standard"); }
 
 TEST(SpecEngine, CountersAddUp) {
   Engine e(demo(), &demo_tok(), spec_config(7, "standard"));
