@@ -36,6 +36,7 @@ const std::pair<const char*, int64_t MakeModelOptions::*> kSizeFlags[] = {
     {"index-dim", &MakeModelOptions::index_dim},   {"block-size", &MakeModelOptions::block_size},
     {"topk-blocks", &MakeModelOptions::topk_blocks}, {"init-block", &MakeModelOptions::init_block},
     {"local-block", &MakeModelOptions::local_block}, {"merges", &MakeModelOptions::merges},
+    {"dspark-layers", &MakeModelOptions::dspark_layers},
 };
 
 }  // namespace

@@ -82,6 +82,8 @@ void validate_make_model_options(const MakeModelOptions& o) {
   need(o.dense_layers >= 0 && o.dense_layers <= o.layers, "--dense-layers must be in [0, layers]");
   need(o.shards >= 1, "--shards must be >= 1");
   need(o.merges >= 0, "--merges must be >= 0");
+  need(o.dspark_layers >= 0, "--dspark-layers must be >= 0");
+  need(o.dspark_layers == 0 || o.layout != ModelLayout::M3Bf16, "--dspark-layers needs a quantised layout (MXFP8 draft)");
   if (o.layout != ModelLayout::M3Bf16) {
     // Every quantised linear's input dimension is blocked by 32 (MXFP8) or 16 (NVFP4).
     for (auto [v, flag] : {std::pair{o.hidden, "--hidden"}, {o.heads * o.head_dim, "--heads x --head-dim"},
@@ -254,6 +256,88 @@ ojson int_list(const std::vector<int>& v) {
   return a;
 }
 
+// The DSpark draft folder (model.md 3.8 names and config keys), random weights.
+void write_dspark(const MakeModelOptions& o, const TrainedTokenizer& tok, int64_t V, const fs::path& dir) {
+  const int64_t H = o.hidden, R = 32, S = 7, F = o.dense_width, L = o.dspark_layers;
+  std::vector<int> taps;
+  const int64_t ntaps = std::min<int64_t>(5, o.layers);
+  for (int64_t i = 0; i < ntaps; ++i) taps.push_back(int(o.layers == 1 ? 0 : i * (o.layers - 1) / std::max<int64_t>(1, ntaps - 1)));
+  int noise = int(V - 1);
+  const auto tj = nlohmann::json::parse(tok.tokenizer_json);
+  for (const auto& a : tj["added_tokens"])
+    if (a["content"] == "]<]minimax[>[") noise = a["id"].get<int>();
+  std::vector<Item> items;
+  const std::string P = "language_model.model.dspark.";
+  auto lin = [&](const std::string& base, int64_t n, int64_t k) { items.push_back({base, Fmt::MXFP8, n, k, 1.0f / std::sqrt(float(k))}); };
+  auto norm = [&](const std::string& name, int64_t n) { items.push_back({name, Fmt::BF16, n, 0, 0.1f}); };
+  items.push_back({P + "fc.weight", Fmt::BF16, H, ntaps * H, 1.0f / std::sqrt(float(ntaps * H))});
+  norm(P + "hidden_norm.weight", H);
+  norm(P + "final_norm.weight", H);
+  items.push_back({P + "markov_head.markov_w1.weight", Fmt::BF16, V, R, 0.02f});
+  items.push_back({P + "markov_head.markov_w2.weight", Fmt::BF16, V, R, 0.02f});
+  items.push_back({P + "confidence_head.proj.weight", Fmt::BF16, 1, H + R, 0.02f});
+  items.push_back({P + "confidence_head.proj.bias", Fmt::BF16, 1, 0, 0.02f});
+  for (int64_t l = 0; l < L; ++l) {
+    const std::string B = P + "layers." + std::to_string(l) + ".decoder_layer.";
+    norm(B + "input_layernorm.weight", H);
+    norm(B + "post_attention_layernorm.weight", H);
+    norm(B + "self_attn.q_norm.weight", o.head_dim);
+    norm(B + "self_attn.k_norm.weight", o.head_dim);
+    lin(B + "self_attn.q_proj", o.heads * o.head_dim, H);
+    lin(B + "self_attn.k_proj", o.kv_heads * o.head_dim, H);
+    lin(B + "self_attn.v_proj", o.kv_heads * o.head_dim, H);
+    lin(B + "self_attn.o_proj", H, o.heads * o.head_dim);
+    lin(B + "mlp.gate_proj", F, H);
+    lin(B + "mlp.up_proj", F, H);
+    lin(B + "mlp.down_proj", H, F);
+  }
+  Generator gen(o.seed ^ 0xd5a7c0ffee11ull, std::move(items));
+  fs::create_directories(dir);
+  write_safetensors_checkpoint(dir.string(), gen.specs(), 1,
+                               [&](const TensorSpec& s, std::vector<uint8_t>& out) { gen.produce(s, out); });
+  ojson tc;
+  tc["num_hidden_layers"] = L;
+  tc["layer_types"] = ojson::array();
+  for (int64_t l = 0; l < L; ++l) tc["layer_types"].push_back("sliding_attention");
+  tc["sliding_window"] = 4096;
+  tc["hidden_size"] = H;
+  tc["vocab_size"] = V;
+  tc["num_attention_heads"] = o.heads;
+  tc["num_key_value_heads"] = o.kv_heads;
+  tc["head_dim"] = o.head_dim;
+  tc["rotary_dim"] = o.rotary_dim;
+  tc["partial_rotary_factor"] = double(o.rotary_dim) / double(o.head_dim);
+  tc["rope_theta"] = 5000000;
+  tc["rms_norm_eps"] = 1e-06;
+  tc["hidden_act"] = "swigluoai";
+  tc["swiglu_alpha"] = 1.702;
+  tc["swiglu_limit"] = 7.0;
+  tc["dense_intermediate_size"] = F;
+  tc["dspark_ffn_hidden_size"] = F;
+  tc["moe_layer_freq"] = ojson::array();
+  for (int64_t l = 0; l < L; ++l) tc["moe_layer_freq"].push_back(0);
+  tc["use_gemma_norm"] = true;
+  tc["use_qk_norm"] = true;
+  tc["qk_norm_type"] = "per_head";
+  tc["sparse_attention_config"] = nullptr;
+  tc["dspark_block_size"] = S;
+  tc["dspark_noise_token_id"] = noise;
+  tc["dspark_target_layer_ids"] = int_list(taps);
+  tc["dspark_markov_rank"] = R;
+  tc["dspark_markov_head_type"] = "vanilla";
+  tc["enable_confidence_head"] = true;
+  tc["confidence_head_with_markov"] = true;
+  tc["dspark_config"] = ojson{{"hybrid_context_fusion", false}};
+  ojson cfg;
+  cfg["architectures"] = ojson::array({"DSparkMiniMaxDraftModel"});
+  cfg["model_type"] = "dspark_minimax_m3";
+  cfg["text_config"] = tc;
+  cfg["torch_dtype"] = "bfloat16";
+  cfg["quantization_config"] = ojson{{"quant_method", "mxfp8"}, {"fmt", "e4m3"}, {"activation_scheme", "dynamic"},
+                                     {"weight_block_size", ojson::array({1, 32})}};
+  write_text(dir / "config.json", cfg.dump(2) + "\n");
+}
+
 }  // namespace
 
 MakeModelStats make_model(const MakeModelOptions& o, const std::string& out_dir) {
@@ -417,6 +501,7 @@ MakeModelStats make_model(const MakeModelOptions& o, const std::string& out_dir)
   write_text(dir / "tokenizer.json", tok.tokenizer_json);
   write_text(dir / "tokenizer_config.json", tok.tokenizer_config_json);
   write_text(dir / "special_tokens_map.json", tok.special_tokens_map_json);
+  if (o.dspark_layers > 0) write_dspark(o, tok, V, dir / "dspark");
   return st;
 }
 

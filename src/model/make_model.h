@@ -39,6 +39,10 @@ struct MakeModelOptions {
   int64_t init_block = 0;
   int64_t local_block = 1;
   int64_t merges = 164;
+  // > 0: also write a random-weight DSpark draft with this many layers into <out>/dspark/ (the
+  // real folder's layout: BF16 fc / norms / Markov head, MXFP8 layers; block of 7, taps spread
+  // over the target's layers), for timing speculative decoding on a model of any size.
+  int64_t dspark_layers = 0;
 };
 
 // Preset sizes ("tiny" = the golden tiny shapes, "small", "mid" ~1B parameters) for a layout.

@@ -50,4 +50,14 @@ if "$BIN" make-model --layout m31 --preset tiny --index-heads 3 --out "$TMP/bad"
   fail "--index-heads != --kv-heads accepted"
 fi
 grep -q "index-heads" "$TMP/bad.err" || fail "error message does not name --index-heads"
+
+# --dspark-layers writes a random draft in the dspark/ layout that the engine loads; greedy output is
+# the same with and without speculation.
+"$BIN" make-model --layout m31 --preset tiny --dspark-layers 2 --out "$TMP/ds" 2>/dev/null || fail "--dspark-layers"
+grep -q '"dspark_block_size": 7' "$TMP/ds/dspark/config.json" || fail "dspark config"
+a=$("$BIN" generate --model "$TMP/ds" --prompt "hello world" --max-tokens 24 --temperature 0 2>/dev/null)
+b=$("$BIN" generate --model "$TMP/ds" --prompt "hello world" --max-tokens 24 --temperature 0 \
+  --speculative-config '{"method":"dspark","num_speculative_tokens":5}' 2>"$TMP/ds.err")
+[ "$a" = "$b" ] || fail "greedy output differs with the random draft"
+grep -q "acceptance length" "$TMP/ds.err" || fail "no speculative summary: $(cat "$TMP/ds.err")"
 echo "make_model.sh: OK"
