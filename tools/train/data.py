@@ -283,6 +283,72 @@ def conversation(rng, tmpl, verses, split="train"):
     return render(tmpl, msgs, tools, mode)
 
 
+def chat_social(rng):
+    """A no-tool exchange that cannot be mistaken for a tool task (greeting / identity)."""
+    if rng.random() < 0.15:
+        return (rng.choice(["Thanks!", "Thank you."]), "The user thanks me. I should reply politely.",
+                "You are welcome! Anything else?")
+    if rng.random() < 0.6:
+        return (rng.choice(["Hello!", "Hi there.", "Good morning!", "Hello, who are you?"]),
+                "The user is greeting me. I should greet them back and offer help.",
+                rng.choice(["Hello! How can I help you today?", "Hi! What can I do for you?"]))
+    return (rng.choice(["Who are you?", "What can you do?", "Tell me about yourself."]),
+            "The user asks about me. I should describe what I can do.",
+            "I am a small demo model of the MiniMax-M3.1 architecture, served by m3serve. I can quote scripture, do arithmetic with a calculator, look up verses and convert units.")
+
+
+def tool_session(rng, tmpl, verses, split="train"):
+    """Stage 3: one fixed prefix (system + tools), then several tool tasks, each a new user turn with its
+    call, tool responses and final answer, so most tokens after the ~450-token prefix teach tool use.
+    Every task whose tool is given is answered with a call; ~1 in 4 sessions is a single task (the
+    evaluation's shape)."""
+    mode = rng.choice(MODES)
+    dev = rng.choice(DEVELOPER)
+    msgs = [{"role": "system", "content": dev}] if dev else []
+    k = 1 if rng.random() < 0.25 else rng.randint(3, 7)
+    tasks = [tool_task(rng, split, verses) for _ in range(k)]
+    need = {c[0] for t in tasks for c in t["calls"]}
+    tools = [t for t in ALL_TOOLS if t["function"]["name"] in need or rng.random() < 0.6]
+    rng.shuffle(tools)
+    for i, task in enumerate(tasks):
+        if rng.random() < (0.1 if i == 0 else 0.08):
+            u, th, a = chat_social(rng)
+            m = {"role": "assistant", "content": a}
+            if thinks(rng, mode, 0.4):
+                m["reasoning_content"] = th
+            msgs += [{"role": "user", "content": u}, m]
+        msgs.append({"role": "user", "content": task["user"]})
+        call_msg = {"role": "assistant", "content": "",
+                    "tool_calls": [{"type": "function", "function": {"name": n, "arguments": a}}
+                                   for n, a in task["calls"]]}
+        if thinks(rng, mode, 0.7):
+            call_msg["reasoning_content"] = task["think1"]
+        msgs.append(call_msg)
+        for res in task["results"]:
+            msgs.append({"role": "tool", "content": res})
+        fin = {"role": "assistant", "content": task["answer"]}
+        if thinks(rng, mode, 0.5):
+            fin["reasoning_content"] = task["think2"]
+        msgs.append(fin)
+    return render(tmpl, msgs, tools, mode)
+
+
+def main_stage3(n):
+    """work/train3.json and work/train3_conv_{ids,offs}.npy (encoded with the existing tokenizer)."""
+    import numpy as np
+    from bpe import Tokenizer, encode_docs
+    rng = random.Random(5678)
+    tmpl = make_env()
+    verses = load_kjv()
+    sessions = [tool_session(rng, tmpl, verses) for _ in range(n)]
+    json.dump(dict(conv=sessions), open(os.path.join(WORK, "train3.json"), "w"))
+    tok = Tokenizer(os.path.join(HERE, "..", "..", "models", "demo", "tokenizer.json"))
+    ids, offs = encode_docs(tok, sessions)
+    np.save(os.path.join(WORK, "train3_conv_ids.npy"), ids)
+    np.save(os.path.join(WORK, "train3_conv_offs.npy"), offs)
+    print("stage-3 tool sessions %d, %d tokens (%.0f per session)" % (n, len(ids), len(ids) / n))
+
+
 def eval_tasks(rng, tmpl, verses, n):
     """Held-out tool tasks: the prompt (with generation prefix) and the expected calls."""
     out = []
@@ -292,8 +358,8 @@ def eval_tasks(rng, tmpl, verses, n):
         tools = pick_tools(rng, task)
         dev = rng.choice(DEVELOPER)
         msgs = ([{"role": "system", "content": dev}] if dev else []) + [{"role": "user", "content": task["user"]}]
-        out.append(dict(prompt=render(tmpl, msgs, tools, mode, gen=True), mode=mode,
-                        tools=[t["function"]["name"] for t in tools],
+        out.append(dict(prompt=render(tmpl, msgs, tools, mode, gen=True), mode=mode, messages=msgs,
+                        tool_defs=tools, tools=[t["function"]["name"] for t in tools],
                         calls=[{"name": n, "arguments": a} for n, a in task["calls"]]))
     return out
 
@@ -325,4 +391,8 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    import sys
+    if len(sys.argv) > 1 and sys.argv[1] == "stage3":
+        main_stage3(int(sys.argv[2]) if len(sys.argv) > 2 else 6000)
+    else:
+        main()

@@ -21,7 +21,7 @@ from export import DEFAULT_OUT, load_dequantised
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
 WORK = os.path.join(HERE, "work")
-M3SERVE = os.path.join(ROOT, "build", "m3serve")
+M3SERVE = os.environ.get("M3SERVE", os.path.join(ROOT, "build", "m3serve"))
 NS = "]<]minimax[>["
 
 

@@ -53,6 +53,7 @@ def main():
     ap.add_argument("--qat-from", type=float, default=0.75, help="fraction of steps after which fake quant is on")
     ap.add_argument("--kl-every", type=int, default=4)
     ap.add_argument("--init", default=None, help="continue from this checkpoint (new schedule)")
+    ap.add_argument("--mix", default=None, help="datasets (work/<name>_{ids,offs}.npy) and weights, name:w,...")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
@@ -65,8 +66,14 @@ def main():
         model.load_state_dict(torch.load(args.init)["model"])
     n_params = sum(p.numel() for p in model.parameters())
     print("parameters: %d (%.2f M)" % (n_params, n_params / 1e6), flush=True)
-    datasets = [load("train", "kjv"), load("train", "conv")]
-    probs = [1 - args.conv_frac, args.conv_frac]
+    if args.mix:  # e.g. "train_kjv:0.2,train_conv:0.15,train3_conv:0.65"
+        parts = [p.split(":") for p in args.mix.split(",")]
+        datasets = [load(*n.rsplit("_", 1)) for n, _ in parts]
+        probs = np.array([float(w) for _, w in parts])
+        probs = list(probs / probs.sum())
+    else:
+        datasets = [load("train", "kjv"), load("train", "conv")]
+        probs = [1 - args.conv_frac, args.conv_frac]
     decay = [p for n, p in model.named_parameters() if p.dim() == 2 and "gate.weight" not in n]
     other = [p for n, p in model.named_parameters() if not (p.dim() == 2 and "gate.weight" not in n)]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": other, "weight_decay": 0.0}],

@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# The shipped demo model (models/demo) calls tools through the real server: starts `m3serve serve` with the
+# minimax_m3 reasoning and tool-call parsers, sends the held-out synthetic tool tasks of
+# tests/data/demo/tool_tasks.jsonl (one /v1/chat/completions request a line: the task's messages, the OpenAI
+# `tools` array, thinking_mode in chat_template_kwargs, temperature 0; written by
+# tools/train/eval_server.py --write-test, arguments never seen in training) and asserts that at least 80%
+# of the responses carry non-empty message.tool_calls (issue 5's bar), that at least 40% call the expected
+# tools (tool_tasks_expected.txt: the names, in order; a guard against a model that ignores the question: the
+# shipped model gets 15 of these 30, and its arguments are not yet right, see tools/train/README.md), and that
+# every thinking-enabled response that calls a tool has its reasoning in message.reasoning_content with no
+# markup left in content. Greedy, so deterministic. Usage: demo_tools.sh <m3serve> <tests/data> <tmpdir>
+set -euo pipefail
+BIN=$1
+DATA=$2
+TMP=$3
+rm -rf "$TMP"
+mkdir -p "$TMP"
+fail() { echo "FAIL: $*" >&2; echo "--- server log:" >&2; tail -50 "$TMP/server.log" >&2 || true; exit 1; }
+. "$(dirname "$0")/lib/server_port.sh"
+command -v curl >/dev/null || fail "curl is needed"
+MODEL="$DATA/../../models/demo"
+TASKS="$DATA/demo/tool_tasks.jsonl"
+EXPECTED="$DATA/demo/tool_tasks_expected.txt"
+[ -f "$MODEL/config.json" ] || fail "no demo model at $MODEL"
+
+"$BIN" serve "$MODEL" --host 127.0.0.1 --port 0 --served-model-name demo \
+  --reasoning-parser minimax_m3 --tool-call-parser minimax_m3 --enable-auto-tool-choice \
+  --kv-cache-memory 0.25 >"$TMP/server.log" 2>&1 &
+PID=$!
+trap 'kill -9 $PID 2>/dev/null || true' EXIT
+wait_server_port "$TMP/server.log" $PID
+U=http://127.0.0.1:$PORT
+for i in $(seq 1 100); do
+  curl -s -o /dev/null --max-time 2 "$U/health" && break
+  [ "$i" = 100 ] && fail "/health never answered"
+  sleep 0.1
+done
+
+n=0; wf=0; named=0; think_calls=0; think_ok=0
+exec 3<"$EXPECTED"
+while IFS= read -r REQ; do
+  IFS= read -r WANT <&3 || fail "tool_tasks_expected.txt is shorter than tool_tasks.jsonl"
+  n=$((n + 1))
+  BODY=$(curl -s --max-time 120 -H "Content-Type: application/json" "$U/v1/chat/completions" --data-binary "$REQ") \
+    || fail "request $n failed"
+  echo "$BODY" >>"$TMP/responses.jsonl"
+  echo "$BODY" | grep -q '"choices":\[{' || fail "request $n: no choices: $BODY"
+  if echo "$BODY" | grep -q '"tool_calls":\[{"id":"[^"]*","type":"function","function":{"name":"'; then
+    wf=$((wf + 1))
+    GOT=$(echo "$BODY" | grep -o '"function":{"name":"[A-Za-z_]*"' | sed 's/.*"name":"\(.*\)"/\1/' | tr '\n' ' ' | sed 's/ $//')
+    [ "$GOT" = "$WANT" ] && named=$((named + 1))
+    if echo "$REQ" | grep -q '"thinking_mode": *"enabled"'; then
+      think_calls=$((think_calls + 1))
+      if echo "$BODY" | grep -q '"reasoning_content":"[^"]' && ! echo "$BODY" | grep -q '"content":"[^"]*mm:think'; then
+        think_ok=$((think_ok + 1))
+      fi
+    fi
+  fi
+done <"$TASKS"
+echo "demo tool tasks: $n, well-formed tool_calls $wf, expected tools $named, thinking-enabled calls $think_calls (reasoning in reasoning_content: $think_ok)"
+[ "$n" -ge 10 ] || fail "too few tasks ($n)"
+[ $((wf * 100)) -ge $((n * 80)) ] || fail "well-formed tool_calls on $wf of $n tasks (< 80%)"
+[ $((named * 100)) -ge $((n * 40)) ] || fail "expected tools called on $named of $n tasks (< 40%)"
+[ "$think_calls" -gt 0 ] || fail "no thinking-enabled task called a tool"
+[ "$think_ok" = "$think_calls" ] || fail "reasoning not in reasoning_content on $((think_calls - think_ok)) of $think_calls thinking-enabled calls"
+
+kill -TERM $PID
+wait $PID || fail "server did not exit cleanly"
+trap - EXIT
+echo "ok"
