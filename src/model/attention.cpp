@@ -127,13 +127,65 @@ void attention_batch(const ModelConfig& cfg, int layer, const AttnSeq* seqs, int
   const bool sparse = cfg.sparse_layer[layer] && path != AttentionPath::DenseIgnoreMsa;
   const MsaParams mp = MsaParams::from(cfg);
   const int ID = cfg.index_dim;
-  std::vector<int64_t> first_item(size_t(nseq) + 1, 0);
+  // Work lists, grown only (no allocation in steady state): (token, group) items for attention and
+  // (token, block) items for the index scan.
+  // (thread_local storage, used through these references: inside the parallel region a
+  // thread_local name would refer to each worker's own, empty, instance.)
+  thread_local std::vector<int64_t> tl_first_item, tl_scan_first, tl_score_off, tl_scan_rows;
+  thread_local std::vector<float> tl_scores;
+  std::vector<int64_t>&first_item = tl_first_item, &scan_first = tl_scan_first, &score_off = tl_score_off,
+  &scan_rows = tl_scan_rows;
+  std::vector<float>& scores = tl_scores;
+  first_item.assign(size_t(nseq) + 1, 0);
   for (int i = 0; i < nseq; ++i) first_item[i + 1] = first_item[i] + seqs[i].T * G;
   const int64_t work = first_item[nseq];
+  // Index scan first, for every group of a token in one pass over its index keys (each key row is
+  // read once for all groups instead of once per group: at long context this scan is the only part
+  // of the step that grows). score_off[row] is the row's offset into `scores` ([nvis][G]).
+  int64_t rows = 0;
+  for (int i = 0; i < nseq; ++i) rows = std::max(rows, seqs[i].row0 + seqs[i].T);
+  score_off.assign(size_t(rows) + 1, -1);
+  scan_first.assign(1, 0);
+  int64_t nscores = 0;
+  scan_rows.clear();  // (seq << 40) | row
+  for (int i = 0; sparse && i < nseq; ++i)
+    for (int64_t t = 0; t < seqs[i].T; ++t) {
+      const int64_t pos = seqs[i].start + t;
+      if (msa_all_visible(pos, mp)) continue;
+      const int64_t nvis = pos / seqs[i].kv->chunk() + 1;
+      score_off[seqs[i].row0 + t] = nscores;
+      nscores += nvis * G;
+      scan_rows.push_back(int64_t(i) << 40 | (seqs[i].row0 + t));
+      scan_first.push_back(scan_first.back() + nvis);
+    }
+  if (scores.size() < size_t(nscores)) scores.resize(size_t(nscores));
+  const int64_t scan_work = scan_first.back();
 
-#pragma omp parallel if (work > 1)
+#pragma omp parallel if (work > 1 || scan_work > 1)
   {
     thread_local Scratch s;
+#pragma omp for schedule(dynamic, 4)
+    for (int64_t w = 0; w < scan_work; ++w) {
+      const size_t ri = size_t(std::upper_bound(scan_first.begin(), scan_first.end(), w) - scan_first.begin()) - 1;
+      const int si = int(scan_rows[ri] >> 40);
+      const int64_t row = scan_rows[ri] & ((int64_t(1) << 40) - 1);
+      const AttnSeq& sq = seqs[si];
+      const int64_t pos = sq.start + (row - sq.row0);
+      const int64_t c = w - scan_first[ri];
+      const KVView& kv = *sq.kv;
+      const int chunk = kv.chunk();
+      // Index scores: raw fp32 dot products of each group's index query with every index key <= pos,
+      // max-pooled per block (= page).
+      if (s.ibuf.size() < size_t(chunk) * ID) s.ibuf.resize(size_t(chunk) * ID);
+      const int64_t lo = c * chunk, n = std::min<int64_t>(pos, lo + chunk - 1) - lo + 1;
+      int64_t st;
+      const float* ik = kv.ik_rows(layer, lo, n, s.ibuf.data(), &st);
+      const float* iqr = iq + row * int64_t(cfg.index_heads) * ID;
+      float* m = scores.data() + score_off[row] + c * G;
+      for (int g = 0; g < G; ++g) m[g] = kNegInf;
+      for (int64_t j = 0; j < n; ++j)
+        for (int g = 0; g < G; ++g) m[g] = std::max(m[g], ops.dot(iqr + int64_t(g) * ID, ik + j * st, ID));
+    }
 #pragma omp for schedule(dynamic, 1)
     for (int64_t w = 0; w < work; ++w) {
       const int si = int(std::upper_bound(first_item.begin(), first_item.end(), w) - first_item.begin()) - 1;
@@ -151,19 +203,9 @@ void attention_batch(const ModelConfig& cfg, int layer, const AttnSeq* seqs, int
         for (int64_t c = 0; c < nvis; ++c) s.chosen[c] = int32_t(c);
         nsel = int(nvis);
       } else {
-        // Index scores: raw fp32 dot products of this group's index query with every index key <= pos,
-        // max-pooled per block (= page).
-        const float* iqg = iq + row * int64_t(cfg.index_heads) * ID + int64_t(g) * ID;
         if (s.blk_scores.size() < size_t(nvis)) s.blk_scores.resize(size_t(nvis));
-        if (s.ibuf.size() < size_t(chunk) * ID) s.ibuf.resize(size_t(chunk) * ID);
-        for (int64_t c = 0; c < nvis; ++c) {
-          const int64_t lo = c * chunk, n = std::min<int64_t>(pos, lo + chunk - 1) - lo + 1;
-          int64_t st;
-          const float* ik = kv.ik_rows(layer, lo, n, s.ibuf.data(), &st);
-          float m = kNegInf;
-          for (int64_t j = 0; j < n; ++j) m = std::max(m, ops.dot(iqg, ik + j * st, ID));
-          s.blk_scores[c] = m;
-        }
+        const float* sc = scores.data() + score_off[row];
+        for (int64_t c = 0; c < nvis; ++c) s.blk_scores[c] = sc[c * G + g];
         nsel = msa_select_blocks(pos, s.blk_scores.data(), mp, s.chosen.data(), s.cand);
       }
       const float* qg = q + row * qw + int64_t(g) * HpG * D;

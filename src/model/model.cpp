@@ -103,14 +103,11 @@ void Model::forward_batch(const BatchItem* items, int nitems, float* logits, Att
     const bool sparse = c.sparse_layer[l];
     // Attention block: projections over all rows, per-head norm + RoPE, cache append.
     for (int64_t t = 0; t < T; ++t) rms_norm(x + t * H, L.input_norm.data(), H, c.rms_eps, a + t * H);
-    linear_forward(L.attn.q, a, T, q);
-    linear_forward(L.attn.k, a, T, k);
-    linear_forward(L.attn.v, a, T, v);
+    // The projections that read the same normed input share one parallel region.
     const int64_t ID = c.index_dim, IW = int64_t(c.index_heads) * ID;
-    if (sparse) {
-      linear_forward(L.attn.index_q, a, T, iq_.data());
-      linear_forward(L.attn.index_k, a, T, ik_.data());
-    }
+    const LinearJob proj[5] = {{&L.attn.q, a, T, q}, {&L.attn.k, a, T, k}, {&L.attn.v, a, T, v},
+                               {&L.attn.index_q, a, T, iq_.data()}, {&L.attn.index_k, a, T, ik_.data()}};
+    linear_forward_many(proj, sparse ? 5 : 3);
     for (int64_t t = 0; t < T; ++t) {
       const float *cs = &rope_cos_[t * half], *sn = &rope_sin_[t * half];
       for (int h = 0; h < c.n_heads; ++h) {

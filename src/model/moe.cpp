@@ -13,7 +13,8 @@ namespace m3 {
 
 namespace {
 
-// y[T, H] = down(SwiGLU_OAI(gate(x), up(x))); buffers reused across calls.
+// y[T, H] = down(SwiGLU_OAI(gate(x), up(x))); gate and up share one parallel region; buffers
+// reused across calls.
 void swiglu_mlp(const ModelConfig& cfg, const ExpertWeights& W, const float* x, int64_t T, float* y) {
   thread_local std::vector<float> g, u;
   const int64_t F = W.gate.N;
@@ -21,8 +22,8 @@ void swiglu_mlp(const ModelConfig& cfg, const ExpertWeights& W, const float* x, 
     g.resize(size_t(T * F));
     u.resize(size_t(T * F));
   }
-  linear_forward(W.gate, x, T, g.data());
-  linear_forward(W.up, x, T, u.data());
+  const LinearJob gu[2] = {{&W.gate, x, T, g.data()}, {&W.up, x, T, u.data()}};
+  linear_forward_many(gu, 2);
   swiglu_oai(g.data(), u.data(), T * F, cfg.swiglu_alpha, cfg.swiglu_limit, cfg.swiglu_beta, g.data());
   linear_forward(W.down, g.data(), T, y);
 }
@@ -70,30 +71,68 @@ void ffn_forward(const ModelConfig& cfg, const LayerWeights& L, bool moe, const 
   ex.resize(size_t(T * K));
   wt.resize(size_t(T * K));
   moe_route(cfg, L, m, T, {ex.data(), wt.data()});
-  // Shared expert (weight 1) first, then each routed expert on the tokens that chose it.
-  if (L.has_shared) {
-    swiglu_mlp(cfg, L.shared, m, T, y);
-  } else {
-    std::fill(y, y + T * H, 0.f);
-  }
   members.resize(E);
   for (auto& v : members) v.clear();
   for (int64_t t = 0; t < T; ++t)
     for (int i = 0; i < K; ++i) members[ex[t * K + i]].push_back({t, wt[t * K + i]});
+  // All active experts (and the shared one) run together: one parallel region for every gate/up
+  // product, one for every down product, threads over experts x rows.
+  thread_local std::vector<LinearJob> jobs;
+  thread_local std::vector<int64_t> x_off, h_off, y_off;
+  thread_local std::vector<float> hg, hu;
+  int64_t nx = 0, nh = 0, ny = 0;
+  x_off.assign(E, 0);
+  h_off.assign(E + 1, 0);
+  y_off.assign(E, 0);
+  const int64_t shared_h = L.has_shared ? T * L.shared.gate.N : 0;
+  nh = shared_h;
+  for (int e = 0; e < E; ++e) {
+    const int64_t n = int64_t(members[e].size());
+    if (!n) continue;
+    x_off[e] = nx;
+    h_off[e] = nh;
+    y_off[e] = ny;
+    nx += n * H;
+    nh += n * L.experts[e].gate.N;
+    ny += n * H;
+  }
+  if (xin.size() < size_t(nx)) xin.resize(size_t(nx));
+  if (yout.size() < size_t(ny)) yout.resize(size_t(ny));
+  if (hg.size() < size_t(nh)) {
+    hg.resize(size_t(nh));
+    hu.resize(size_t(nh));
+  }
+  jobs.clear();
+  if (L.has_shared) {
+    jobs.push_back({&L.shared.gate, m, T, hg.data()});
+    jobs.push_back({&L.shared.up, m, T, hu.data()});
+  }
   for (int e = 0; e < E; ++e) {
     const auto& mem = members[e];
     if (mem.empty()) continue;
     const int64_t n = int64_t(mem.size());
-    if (xin.size() < size_t(n * H)) {
-      xin.resize(size_t(n * H));
-      yout.resize(size_t(n * H));
-    }
-    for (int64_t i = 0; i < n; ++i) std::copy(m + mem[i].first * H, m + (mem[i].first + 1) * H, xin.data() + i * H);
-    swiglu_mlp(cfg, L.experts[e], xin.data(), n, yout.data());
+    float* xe = xin.data() + x_off[e];
+    for (int64_t i = 0; i < n; ++i) std::copy(m + mem[i].first * H, m + (mem[i].first + 1) * H, xe + i * H);
+    jobs.push_back({&L.experts[e].gate, xe, n, hg.data() + h_off[e]});
+    jobs.push_back({&L.experts[e].up, xe, n, hu.data() + h_off[e]});
+  }
+  linear_forward_many(jobs.data(), int(jobs.size()));
+  swiglu_oai(hg.data(), hu.data(), nh, cfg.swiglu_alpha, cfg.swiglu_limit, cfg.swiglu_beta, hg.data());
+  jobs.clear();
+  if (L.has_shared) jobs.push_back({&L.shared.down, hg.data(), T, y});
+  for (int e = 0; e < E; ++e)
+    if (!members[e].empty())
+      jobs.push_back({&L.experts[e].down, hg.data() + h_off[e], int64_t(members[e].size()), yout.data() + y_off[e]});
+  linear_forward_many(jobs.data(), int(jobs.size()));
+  // Shared expert (weight 1) first, then each routed expert in ascending order.
+  if (!L.has_shared) std::fill(y, y + T * H, 0.f);
+  for (int e = 0; e < E; ++e) {
+    const auto& mem = members[e];
+    const int64_t n = int64_t(mem.size());
     for (int64_t i = 0; i < n; ++i) {
       float* dst = y + mem[i].first * H;
       const float w = mem[i].second;
-      const float* src = yout.data() + i * H;
+      const float* src = yout.data() + y_off[e] + i * H;
       for (int64_t h = 0; h < H; ++h) dst[h] += w * src[h];
     }
   }

@@ -5,6 +5,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cmath>
 #include <vector>
 
 #include "kernels/cpu/dispatch.h"
@@ -56,6 +57,56 @@ void linear_forward(const Linear& W, const float* x, int64_t T, float* y) {
     const int64_t r0 = t0 * kLinearTileRows, r1 = std::min(N, t1 * kLinearTileRows);
     if (r0 < r1) ops.linear_rows(W, x, T, y, r0, r1, scratch.data());
   }
+}
+
+void linear_forward_many(const LinearJob* jobs, int njobs) {
+  const CpuOps& ops = cpu_ops();
+  static thread_local std::vector<float> scratch;
+  // Cost of one tile of job j (weight bytes read + multiply-adds, in rough byte-equivalents) and
+  // the running start of each job's range; fixed-size arrays: no allocation per step.
+  constexpr int kMaxJobs = 64;
+  if (njobs > kMaxJobs) {
+    for (int j = 0; j < njobs; j += kMaxJobs) linear_forward_many(jobs + j, std::min(kMaxJobs, njobs - j));
+    return;
+  }
+  double cost[kMaxJobs], start[kMaxJobs + 1];
+  int64_t tiles[kMaxJobs];
+  int64_t maxK = 0, macs = 0;
+  start[0] = 0;
+  for (int j = 0; j < njobs; ++j) {
+    const Linear& W = *jobs[j].W;
+    tiles[j] = (W.N + kLinearTileRows - 1) / kLinearTileRows;
+    cost[j] = double(W.row_bytes()) * kLinearTileRows + 0.5 * double(W.K) * kLinearTileRows * double(jobs[j].T);
+    start[j + 1] = start[j] + cost[j] * double(tiles[j]);
+    maxK = std::max(maxK, W.K);
+    macs += W.N * W.K * std::max<int64_t>(jobs[j].T, 1);
+  }
+  const int64_t total_tiles = [&] {
+    int64_t s = 0;
+    for (int j = 0; j < njobs; ++j) s += tiles[j];
+    return s;
+  }();
+  const int nthreads = int(std::max<int64_t>(1, std::min<int64_t>(omp_get_max_threads(), total_tiles)));
+  auto run = [&](int id, int nt) {
+    if (scratch.size() < size_t(kLinearTileRows * maxK)) scratch.resize(size_t(kLinearTileRows * maxK));
+    const double lo = start[njobs] * id / nt, hi = start[njobs] * (id + 1) / nt;
+    for (int j = 0; j < njobs; ++j) {
+      if (start[j + 1] <= lo || start[j] >= hi || tiles[j] == 0) continue;
+      // Tile t belongs to the thread whose cost range holds the tile's start.
+      const int64_t t0 = std::clamp<int64_t>(int64_t(std::ceil((lo - start[j]) / cost[j])), 0, tiles[j]);
+      const int64_t t1 = id == nt - 1 ? tiles[j]
+                                      : std::clamp<int64_t>(int64_t(std::ceil((hi - start[j]) / cost[j])), 0, tiles[j]);
+      const Linear& W = *jobs[j].W;
+      const int64_t r0 = t0 * kLinearTileRows, r1 = std::min(W.N, t1 * kLinearTileRows);
+      if (r0 < r1) ops.linear_rows(W, jobs[j].x, jobs[j].T, jobs[j].y, r0, r1, scratch.data());
+    }
+  };
+  if (nthreads == 1 || macs < 32768) {
+    run(0, 1);
+    return;
+  }
+#pragma omp parallel num_threads(nthreads)
+  run(omp_get_thread_num(), omp_get_num_threads());
 }
 
 void linear_decode_rows(const Linear& W, int64_t r0, int64_t n, float* out) {

@@ -27,6 +27,17 @@ struct Linear {
 // y[T, N] = x[T, K] · Wᵀ, rows of W split over the OpenMP threads.
 void linear_forward(const Linear& W, const float* x, int64_t T, float* y);
 
+// Several independent products in one OpenMP region (one fork/join instead of one per matrix):
+// the 4-row tiles of all jobs are split over the threads by estimated cost. Each row's result is
+// the one linear_forward gives (tiles are aligned to each matrix's own rows).
+struct LinearJob {
+  const Linear* W;
+  const float* x;  // [T, W->K]
+  int64_t T;
+  float* y;        // [T, W->N]
+};
+void linear_forward_many(const LinearJob* jobs, int njobs);
+
 // Reference path: decode rows [r0, r0+n) of W to fp32 (row-major [n, K]). Tests and oracles only.
 void linear_decode_rows(const Linear& W, int64_t r0, int64_t n, float* out);
 

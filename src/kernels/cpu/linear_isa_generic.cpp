@@ -1,5 +1,6 @@
 // The kernel table compiled for generic (flags set per file in CMakeLists.txt).
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <immintrin.h>
 
