@@ -318,13 +318,12 @@ void run_roofline(const RooflineOptions& o) {
             const float* ik = cache.ik_rows(l, lo, n, ibuf.data(), &st);
             float mx[64];
             for (int g = 0; g < G && g < 64; ++g) mx[g] = -1e30f;
-            for (int64_t j = 0; j < n; ++j)
-              for (int g = 0; g < G && g < 64; ++g) mx[g] = std::max(mx[g], ops.dot(iqt + int64_t(g) * ID, ik + j * st, ID));
+            ops.max_dots(iqt, ID, std::min(G, 64), ik, st, n, ID, mx);
             for (int g = 0; g < G && g < 64; ++g) sink += mx[g];
           }
           g_sink = sink;
         });
-        add("index scoring", "replay of attention_batch's index scan (cpu_ops().dot)", t_idx, idx_bytes, idx_flops);
+        add("index scoring", "replay of attention_batch's index scan (cpu_ops().max_dots)", t_idx, idx_bytes, idx_flops);
       }
       add(sparse ? "sparse attention" : "dense attention",
           sparse ? "attention_batch(Sparse) minus the index-scoring replay" : "attention_batch", std::max(0.0, t_att - t_idx),

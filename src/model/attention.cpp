@@ -36,7 +36,7 @@ void attend_blocks(const CpuOps& ops, const KVView& kv, int layer, int g, int D,
     s.kbuf.resize(size_t(chunk) * D);
     s.vbuf.resize(size_t(chunk) * D);
   }
-  if (s.scores.size() < size_t(chunk)) s.scores.resize(chunk);
+  if (s.scores.size() < size_t(HpG) * (chunk + 8)) s.scores.resize(size_t(HpG) * (chunk + 8));
   for (int b = 0; b < nb; ++b) {
     const int64_t lo = int64_t(blocks[b]) * chunk;
     const int64_t n = std::min<int64_t>(pos, lo + chunk - 1) - lo + 1;
@@ -44,28 +44,7 @@ void attend_blocks(const CpuOps& ops, const KVView& kv, int layer, int g, int D,
     int64_t ks, vs;
     const float* K = kv.k_rows(layer, g, lo, n, s.kbuf.data(), &ks);
     const float* V = kv.v_rows(layer, g, lo, n, s.vbuf.data(), &vs);
-    for (int hh = 0; hh < HpG; ++hh) {
-      const float* qh = qg + hh * qstride;
-      float bm = kNegInf;
-      for (int64_t j = 0; j < n; ++j) {
-        const float sc = ops.dot(qh, K + j * ks, D) * scale;
-        s.scores[j] = sc;
-        bm = std::max(bm, sc);
-      }
-      float* acc = s.acc.data() + size_t(hh) * D;
-      const float mnew = std::max(s.m[hh], bm);
-      if (s.m[hh] != kNegInf && mnew != s.m[hh]) {
-        const float r = std::exp(s.m[hh] - mnew);
-        for (int d = 0; d < D; ++d) acc[d] *= r;
-        s.l[hh] *= r;
-      }
-      s.m[hh] = mnew;
-      for (int64_t j = 0; j < n; ++j) {
-        const float p = std::exp(s.scores[j] - mnew);
-        s.l[hh] += p;
-        ops.axpy(p, V + j * vs, acc, D);
-      }
-    }
+    ops.attn_block(qg, qstride, HpG, K, ks, V, vs, n, D, scale, s.m.data(), s.l.data(), s.acc.data(), s.scores.data());
   }
   for (int hh = 0; hh < HpG; ++hh) {
     const float inv = 1.0f / s.l[hh];
@@ -183,8 +162,7 @@ void attention_batch(const ModelConfig& cfg, int layer, const AttnSeq* seqs, int
       const float* iqr = iq + row * int64_t(cfg.index_heads) * ID;
       float* m = scores.data() + score_off[row] + c * G;
       for (int g = 0; g < G; ++g) m[g] = kNegInf;
-      for (int64_t j = 0; j < n; ++j)
-        for (int g = 0; g < G; ++g) m[g] = std::max(m[g], ops.dot(iqr + int64_t(g) * ID, ik + j * st, ID));
+      ops.max_dots(iqr, ID, G, ik, st, n, ID, m);
     }
 #pragma omp for schedule(dynamic, 1)
     for (int64_t w = 0; w < work; ++w) {

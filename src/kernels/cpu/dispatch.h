@@ -14,6 +14,14 @@ struct CpuOps {
   // Rows [r0, r1) of y[T, N] = x[T, K] · Wᵀ; scratch holds at least kLinearTileRows * K floats.
   void (*linear_rows)(const Linear& W, const float* x, int64_t T, float* y, int64_t r0, int64_t r1, float* scratch);
   void (*decode_rows)(const Linear& W, int64_t r0, int64_t n, float* out);
+  // MSA index scan: m[h] = max(m[h], max_j q_h · k_j) for h < H, j < n, with q_h = q + h*qs and
+  // k_j = k + j*ks (D floats each).
+  void (*max_dots)(const float* q, int64_t qs, int H, const float* k, int64_t ks, int64_t n, int D, float* m);
+  // One block of n keys of online-softmax attention for H query heads (scores scaled by `scale`).
+  // State per head: m[H] running max (-inf before the first block), l[H] running sum of exp,
+  // acc[H*D] unnormalised output. scratch holds at least H * (n + 8) floats.
+  void (*attn_block)(const float* q, int64_t qs, int H, const float* K, int64_t ks, const float* V, int64_t vs,
+                     int64_t n, int D, float scale, float* m, float* l, float* acc, float* scratch);
 };
 
 constexpr int kLinearTileRows = 4;
