@@ -31,7 +31,7 @@ grep -q 'needs the draft model in .*/dspark' "$TMP/spec.err" || fail "missing dr
 
 KEY=test-key-123
 "$BIN" serve "$TMP/model" --host 127.0.0.1 --port 0 --api-key "$KEY" --served-model-name tiny \
-  --max-model-len 1200 --kv-cache-memory 0.05 --block-size 128 --max-request-bytes 200000 \
+  --max-model-len 4000 --kv-cache-memory 0.05 --block-size 128 --max-request-bytes 200000 \
   --reasoning-parser minimax_m3 --tool-call-parser minimax_m3 --enable-auto-tool-choice \
   --tensor-parallel-size 8 --compilation-config '{"cudagraph_mode": "FULL_AND_PIECEWISE"}' \
   --quantization-config.moe mxfp8 \
@@ -73,7 +73,7 @@ expect_error() {  # expect_error STATUS TYPE PARAM WHAT
 [ "$(curl -s -o /dev/null -w '%{http_code}' "$U/health")" = 200 ] || fail "/health"
 req GET /version; expect 200 '"version"' "/version"
 req GET /v1/models; expect 200 '"object":"list","data":\[{"id":"tiny","object":"model"' "/v1/models"
-echo "$BODY" | grep -q '"max_model_len":1200' || fail "/v1/models max_model_len: $BODY"
+echo "$BODY" | grep -q '"max_model_len":4000' || fail "/v1/models max_model_len: $BODY"
 
 # API key.
 out=$(curl -s -w '\n%{http_code}' "$U/v1/models"); STATUS=$(echo "$out" | tail -1); BODY=$(echo "$out" | sed '$d')
@@ -143,10 +143,10 @@ expect_error 404 NotFoundError '"model"' "unknown model"
 req POST /v1/completions '{"prompt":"Hi","top_p":1.5}'; expect_error 400 BadRequestError '"top_p"' "invalid top_p"
 req POST /v1/completions '{"prompt":"Hi","temperature":-1}'; expect_error 400 BadRequestError '"temperature"' "negative temperature"
 req POST /v1/completions '{"prompt":"Hi","n":0}'; expect_error 400 BadRequestError '"n"' "n = 0"
-LONG=$(printf 'word %.0s' $(seq 1 1500))
+LONG=$(printf 'word %.0s' $(seq 1 4500))
 req POST /v1/completions "{\"prompt\":\"$LONG\"}"
 expect_error 400 BadRequestError '"prompt"' "prompt longer than --max-model-len"
-echo "$BODY" | grep -q "maximum context length is 1200" || fail "too-long message: $BODY"
+echo "$BODY" | grep -q "maximum context length is 4000" || fail "too-long message: $BODY"
 req POST /v1/completions '{"prompt":"Hi","max_tokens":5000}'; expect_error 400 BadRequestError '"max_tokens"' "max_tokens over the context"
 req POST /v1/chat/completions '{"messages":[{"role":"user","content":"Hi"}],"response_format":{"type":"json_object"}}'
 expect_error 400 BadRequestError '"response_format"' "response_format"
@@ -178,7 +178,7 @@ done
 
 # A client that disconnects mid-stream: its request is aborted and its pages freed.
 curl -sN --max-time 0.5 "${A[@]}" "$U/v1/completions" \
-  -d '{"prompt":"Once upon a time","max_tokens":1150,"ignore_eos":true,"stream":true}' >"$TMP/cut.txt" || true
+  -d '{"prompt":"Once upon a time","max_tokens":3950,"ignore_eos":true,"stream":true}' >"$TMP/cut.txt" || true
 grep -q '^data: {' "$TMP/cut.txt" || fail "no chunk before the disconnect"
 grep -q 'DONE' "$TMP/cut.txt" && fail "the long stream finished before the client left (make it longer)"
 ok=""
@@ -196,7 +196,7 @@ echo "$M" | grep -q '^vllm:kv_cache_usage_perc{[^}]*} 0$' || true  # cached pref
 aborts() { curl -s "$U/metrics" | sed -n 's/^vllm:request_success_total{[^}]*finished_reason="abort"} \([0-9]*\).*/\1/p' | head -1; }
 A0=$(aborts)
 curl -s --max-time 1.5 "${A[@]}" "$U/v1/completions" \
-  -d '{"prompt":"Once upon a time","max_tokens":1150,"ignore_eos":true}' >"$TMP/cut2.txt" || true
+  -d '{"prompt":"Once upon a time","max_tokens":3950,"ignore_eos":true}' >"$TMP/cut2.txt" || true
 grep -q '"choices"' "$TMP/cut2.txt" && fail "the long non-streaming request finished before the client left"
 ok=""
 for _ in $(seq 1 100); do
