@@ -229,8 +229,13 @@ void Engine::draft_step(const std::vector<ScheduledChunk>& plan) {
   if (draft_z_.size() < nq * size_t(kmax) * size_t(V)) draft_z_.resize(nq * size_t(kmax) * size_t(V));
   draft_->propose(draft_queries_.data(), int(nq), kmax, draft_z_.data());
   if (spec_drafts_.size() < plan.size()) spec_drafts_.resize(plan.size());
+  // Draft rows of chunk i in spec_q_ start at spec_qrow_[i].
+  spec_qrow_.resize(plan.size());
   int64_t qrows = 0;
-  for (const auto& c : plan) qrows += c.spec;
+  for (size_t i = 0; i < plan.size(); ++i) {
+    spec_qrow_[i] = qrows;
+    qrows += plan[i].spec;
+  }
   if (spec_q_.size() < size_t(qrows * V)) spec_q_.resize(size_t(qrows * V));
   size_t qi = 0;
   int64_t qrow = 0;
@@ -247,20 +252,14 @@ void Engine::draft_step(const std::vector<ScheduledChunk>& plan) {
       float* z = &draft_z_[(qi * size_t(kmax) + size_t(j)) * size_t(V)];
       draft_->add_markov(prev, z);  // the Markov bias enters before the sampling transforms
       float* q = &spec_q_[size_t(qrow * V)];
+      s->sampler.distribution(z, V, s->prompt, out_prefix_, q);
       int32_t t;
       if (greedy) {
-        // Argmax after the request's penalties (one-hot q).
-        s->sampler.distribution(z, V, s->prompt, out_prefix_, q);
-        if (s->params.temperature > 0.0f) {
-          // greedy draft for a sampled request: argmax of the draft's own distribution, q one-hot
-          t = int32_t(std::max_element(q, q + V) - q);
-          std::fill(q, q + V, 0.0f);
-          q[t] = 1.0f;
-        } else {
-          t = int32_t(std::max_element(q, q + V) - q);
-        }
+        // Argmax after the request's penalties; q becomes one-hot (already so at temperature 0).
+        t = int32_t(std::max_element(q, q + V) - q);
+        std::fill(q, q + V, 0.0f);
+        q[t] = 1.0f;
       } else {
-        s->sampler.distribution(z, V, s->prompt, out_prefix_, q);
         t = s->sampler.draw(q, V);
       }
       d.push_back(t);
@@ -283,8 +282,7 @@ VerifyOutcome Engine::verify(const ScheduledChunk& c, size_t ci, const float* lo
     if (i < gamma) out_prefix_.push_back(d[size_t(i)]);
   }
   // The draft rows of this chunk in spec_q_ follow the rows of the chunks before it.
-  int64_t qrow = 0;
-  for (size_t i = 0; i < ci; ++i) qrow += plan_spec_[i];
+  const int64_t qrow = spec_qrow_[ci];
   VerifyInput in{gamma, V, d.data(), spec_p_.data(), &spec_q_[size_t(qrow * V)]};
   if (rejection_ == RejectionMethod::Synthetic) return verify_synthetic(in, synthetic_rates_, s->sampler);
   if (s->params.temperature <= 0.0f) return verify_greedy(in);
@@ -315,8 +313,6 @@ std::vector<RequestOutput> Engine::step() {
   }
   const int64_t V = model_.config().vocab;
   if (draft_) draft_step(plan);
-  plan_spec_.resize(plan.size());
-  for (size_t i = 0; i < plan.size(); ++i) plan_spec_[i] = plan[i].spec;
   items_.resize(plan.size());
   views_.resize(plan.size());
   if (step_tokens_.size() < plan.size()) step_tokens_.resize(plan.size());
@@ -361,11 +357,11 @@ std::vector<RequestOutput> Engine::step() {
   // Draft context: every token the target processed and keeps.
   if (draft_) {
     ctx_rows_.clear();
+    draft_views_.resize(plan.size());
     int64_t trow = 0;
     for (size_t i = 0; i < plan.size(); ++i) {
       const ScheduledChunk& c = plan[i];
       const int64_t keep = c.spec ? 1 + vo[i].accepted : c.n;
-      draft_views_.resize(plan.size());
       draft_views_[i] = std::make_unique<PagedKV>(*draft_kv_, c.seq->blocks, c.start + keep);
       ctx_rows_.push_back({draft_views_[i].get(), taps + trow * draft_->taps_width(), c.start, keep});
       trow += items_[i].n;
@@ -389,10 +385,10 @@ std::vector<RequestOutput> Engine::step() {
     out.num_prompt_tokens = int64_t(s->prompt.size());
     out.num_cached_tokens = s->num_cached_tokens;
     bool finished = false;
-    if (plan_spec_[i]) {
+    if (c.spec) {
       const VerifyOutcome& v = vo[i];
       ++stats_.spec_drafts;
-      stats_.spec_draft_tokens += plan_spec_[i];
+      stats_.spec_draft_tokens += c.spec;
       stats_.spec_accepted_tokens += v.accepted;
       for (int j = 0; j < v.accepted; ++j) ++stats_.spec_accepted_per_pos[size_t(j)];
       for (int j = 0; j < v.accepted && !finished; ++j) finished = emit(s, spec_drafts_[i][size_t(j)], rows + int64_t(j) * V, out);
@@ -403,7 +399,7 @@ std::vector<RequestOutput> Engine::step() {
     }
     if (finished) {
       done.push_back(s->request_id);
-    } else if (plan_spec_[i] && vo[i].accepted > 0) {
+    } else if (c.spec && vo[i].accepted > 0) {
       accepted_chunks_.clear();
       accepted_chunks_.push_back({s, c.start + 1, vo[i].accepted, false, 0});
       sched_->commit(accepted_chunks_);

@@ -132,7 +132,7 @@ class Engine {
   std::vector<float> taps_, draft_z_, spec_q_, spec_p_;
   std::vector<std::vector<int32_t>> spec_drafts_;  // per chunk
   std::vector<int32_t> out_prefix_;
-  std::vector<int64_t> plan_spec_;      // drafts of each chunk of the current step
+  std::vector<int64_t> spec_qrow_;      // first row of each chunk's draft distributions in spec_q_
   std::vector<VerifyOutcome> verify_out_;
   std::vector<ScheduledChunk> accepted_chunks_;
   std::vector<DraftQuery> draft_queries_;

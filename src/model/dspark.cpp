@@ -346,18 +346,7 @@ void DSparkDraft::add_markov(int32_t prev, float* logits) {
   if (prev < 0 || prev >= V) throw Error("DSpark: previous token " + std::to_string(prev) + " outside the vocabulary");
   w1row_.resize(size_t(R));
   mk_.resize(size_t(V));
-  const TensorView& w1 = *markov_w1_;
-  const size_t esz = dtype_size(w1.dtype);
-  for (int64_t i = 0; i < R; ++i) {
-    const uint8_t* p = w1.data + (size_t(prev) * size_t(R) + size_t(i)) * esz;
-    if (w1.dtype == DType::F32) {
-      std::memcpy(&w1row_[size_t(i)], p, 4);
-    } else {
-      uint16_t u;
-      std::memcpy(&u, p, 2);
-      w1row_[size_t(i)] = w1.dtype == DType::BF16 ? bf16_to_float(u) : f16_to_float(u);
-    }
-  }
+  embedding_row(*markov_w1_, prev, R, w1row_.data());  // row prev of markov_w1 as fp32
   linear_forward(markov_w2_, w1row_.data(), 1, mk_.data());
   for (int64_t i = 0; i < V; ++i) logits[i] += mk_[size_t(i)];
 }
