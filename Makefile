@@ -8,7 +8,7 @@ DEB_PACKAGES = g++ cmake make pkg-config libgtest-dev libbenchmark-dev nlohmann-
                libcpp-httplib-dev libssl-dev zlib1g-dev libbrotli-dev curl
 DEMO_MODEL ?= $(BUILD)/demo-model
 
-.PHONY: all deps configure build test test-asan run clean soak
+.PHONY: all deps configure build test test-asan run clean soak bench-kernels
 
 all: build
 
@@ -59,6 +59,12 @@ run: build
 # checked against a greedy reference, RSS printed. SOAK_CLIENTS / SOAK_SECONDS override.
 soak: build
 	tools/soak.sh $(BUILD)/m3serve
+
+# Kernel micro-benchmarks (Google Benchmark): every weight format, decode (T=1) and batched (T=8),
+# hot (in cache) and cold (memory-bound). BENCH_ARGS passes Google Benchmark flags.
+bench-kernels: build
+	cmake --build $(BUILD) -j $(JOBS) --target kernels_bench
+	OMP_WAIT_POLICY=active $(BUILD)/kernels_bench $(BENCH_ARGS)
 
 clean:
 	rm -rf $(BUILD) $(BUILD_ASAN)

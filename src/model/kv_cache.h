@@ -1,6 +1,9 @@
 // SeqCache: the simple per-sequence cache (fp32, contiguous by logical position) used by the
 // foundation path, the tools and as the parity reference for the engine's paged cache. Per layer
 // it keeps the post-norm post-RoPE K, the raw V and (sparse layers) the post-norm post-RoPE index key.
+// K and V are stored per KV head (group-major): a selected block of one group is one contiguous
+// run of rows, which streams from memory at a much higher rate than rows strided by the other
+// groups (speed at long context).
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -31,9 +34,10 @@ class SeqCache : public KVView {
 
  private:
   int64_t capacity_ = 0;
-  int kv_width_ = 0, head_dim_ = 0, index_dim_ = 0, chunk_ = 128;
+  int n_groups_ = 0, head_dim_ = 0, index_dim_ = 0, chunk_ = 128;
   std::vector<uint8_t> sparse_;
-  std::vector<std::vector<float>> k_, v_, ik_;  // [layer][pos * width]
+  std::vector<std::vector<float>> k_, v_;  // [layer * n_groups + g][pos * head_dim]
+  std::vector<std::vector<float>> ik_;     // [layer][pos * index_dim]
 };
 
 }  // namespace m3

@@ -1,0 +1,192 @@
+// Google Benchmark micro-benchmarks of the CPU matmul kernels, per weight format: one decode-step
+// matrix-vector product (T = 1) and a batched product (T = 8), on a matrix that stays in cache
+// ("hot": measures the kernel's compute rate) and on a set of matrices larger than the last-level
+// cache visited in turn ("cold": measures how close the kernel gets to memory bandwidth).
+// Bytes processed are the weight bytes read (Linear::bytes()). Not part of `make test`:
+// `make bench-kernels` builds and runs it.
+#include <benchmark/benchmark.h>
+#include <omp.h>
+
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "kernels/cpu/dispatch.h"
+#include "kernels/cpu/linear.h"
+#include "model/attention.h"
+#include "model/config.h"
+#include "model/kv_cache.h"
+
+namespace {
+
+using m3::Linear;
+using m3::LinearKind;
+
+// Random weights with realistic scale codes (finite E4M3 / E8M0 values near 1).
+struct Matrix {
+  std::vector<uint8_t> w, s;
+  Linear L;
+  Matrix(LinearKind kind, int64_t N, int64_t K, uint32_t seed) {
+    std::mt19937 rng(seed);
+    L.kind = kind;
+    L.N = N;
+    L.K = K;
+    size_t wb = 0, sb = 0;
+    switch (kind) {
+      case LinearKind::BF16: wb = size_t(N * K * 2); break;
+      case LinearKind::MXFP8: wb = size_t(N * K); sb = size_t(N * K / 32); break;
+      case LinearKind::NVFP4: wb = size_t(N * K / 2); sb = size_t(N * K / 16); break;
+      default: break;
+    }
+    w.resize(wb);
+    s.resize(sb);
+    for (auto& b : w) b = uint8_t(rng());
+    if (kind == LinearKind::BF16)  // keep values finite: exponent byte near 0x3f
+      for (size_t i = 1; i < w.size(); i += 2) w[i] = uint8_t(0x3c + (w[i] & 3) + (w[i] & 0x80));
+    if (kind == LinearKind::MXFP8)
+      for (size_t i = 0; i < w.size(); ++i) w[i] = (w[i] & 0x7f) == 0x7f ? 0x7e : w[i];
+    for (auto& b : s) b = kind == LinearKind::MXFP8 ? uint8_t(118 + rng() % 8) : uint8_t(0x30 + rng() % 16);
+    L.w = w.data();
+    L.scales = s.empty() ? nullptr : s.data();
+    L.global_div = 1.0f;
+  }
+};
+
+constexpr int64_t kK = 2048;
+
+// state.range(0): weight kind; range(1): T; range(2): 1 = cold (matrices > LLC), 0 = hot.
+void BM_linear(benchmark::State& state) {
+  const auto kind = LinearKind(state.range(0));
+  const int64_t T = state.range(1);
+  const bool cold = state.range(2) != 0;
+  const int64_t N = 512;  // 0.5-2 MiB per matrix: stays in L2/L3 when hot
+  const int count = cold ? 64 : 1;
+  std::vector<Matrix> mats;
+  mats.reserve(size_t(count));
+  for (int i = 0; i < count; ++i) mats.emplace_back(kind, N, kK, uint32_t(i + 1));
+  std::vector<float> x(size_t(T * kK)), y(size_t(T * N));
+  std::mt19937 rng(7);
+  std::normal_distribution<float> nd;
+  for (auto& v : x) v = nd(rng);
+  int i = 0;
+  for (auto _ : state) {
+    m3::linear_forward(mats[size_t(i)].L, x.data(), T, y.data());
+    benchmark::DoNotOptimize(y.data());
+    i = (i + 1) % count;
+  }
+  state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(mats[0].L.bytes()));
+  state.counters["threads"] = omp_get_max_threads();
+  state.SetLabel(std::string(m3::linear_kind_name(kind)) + (cold ? " cold" : " hot") + " isa=" + m3::cpu_ops().name);
+}
+
+void kinds(benchmark::internal::Benchmark* b) {
+  for (auto k : {LinearKind::BF16, LinearKind::MXFP8, LinearKind::NVFP4})
+    for (int64_t T : {1, 8})
+      for (int cold : {0, 1}) b->Args({int64_t(k), T, cold});
+}
+BENCHMARK(BM_linear)->Apply(kinds)->UseRealTime();
+
+// Plain read bandwidth over the same cold footprint (the ceiling for the cold rows above).
+void BM_read_bandwidth(benchmark::State& state) {
+  std::vector<float> buf(size_t(64) << 20);  // 64 Mi floats = 256 MiB
+  for (size_t j = 0; j < buf.size(); ++j) buf[j] = float(j & 7);
+  for (auto _ : state) {
+    float total = 0;
+#pragma omp parallel for reduction(+ : total) schedule(static)
+    for (int64_t j = 0; j < int64_t(buf.size()); j += 16) total += buf[size_t(j)] + buf[size_t(j + 8)];
+    benchmark::DoNotOptimize(total);
+  }
+  state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(buf.size() * 4));
+}
+BENCHMARK(BM_read_bandwidth)->UseRealTime();
+
+
+// Attention kernels on one 128-key block (single thread, hot): MSA index scan (4 index heads x
+// 128 dims) and one block of online-softmax attention (4 query heads of a GQA group, head dim 128).
+// range(0): key row stride in floats (128 = contiguous rows, 512 = one group of 4 interleaved).
+void BM_max_dots(benchmark::State& state) {
+  const int64_t ks = state.range(0), n = 128;
+  const int H = 4, D = 128;
+  std::vector<float> q(size_t(H * D)), k(size_t(n * ks)), m(static_cast<size_t>(H));
+  std::mt19937 rng(3);
+  std::normal_distribution<float> nd;
+  for (auto& v : q) v = nd(rng);
+  for (auto& v : k) v = nd(rng);
+  const m3::CpuOps& ops = m3::cpu_ops();
+  for (auto _ : state) {
+    for (auto& v : m) v = -1e30f;
+    ops.max_dots(q.data(), D, H, k.data(), ks, n, D, m.data());
+    benchmark::DoNotOptimize(m.data());
+  }
+  state.SetBytesProcessed(int64_t(state.iterations()) * n * D * 4);
+}
+BENCHMARK(BM_max_dots)->Arg(128)->Arg(512);
+
+void BM_attn_block(benchmark::State& state) {
+  const int64_t ks = state.range(0), n = 128;
+  const int H = 4, D = 128;
+  std::vector<float> q(size_t(H * D)), k(size_t(n * ks)), v(size_t(n * ks)), m(static_cast<size_t>(H)), l(static_cast<size_t>(H)),
+      acc(size_t(H * D)), scratch(size_t(H * (n + 8)));
+  std::mt19937 rng(4);
+  std::normal_distribution<float> nd;
+  for (auto& x : q) x = nd(rng);
+  for (auto& x : k) x = nd(rng);
+  for (auto& x : v) x = nd(rng);
+  const m3::CpuOps& ops = m3::cpu_ops();
+  for (auto _ : state) {
+    for (int h = 0; h < H; ++h) m[size_t(h)] = -std::numeric_limits<float>::infinity(), l[size_t(h)] = 0;
+    ops.attn_block(q.data(), D, H, k.data(), ks, v.data(), ks, n, D, 0.088f, m.data(), l.data(), acc.data(),
+                   scratch.data());
+    benchmark::DoNotOptimize(acc.data());
+  }
+  state.SetBytesProcessed(int64_t(state.iterations()) * n * D * 4 * 2);
+}
+BENCHMARK(BM_attn_block)->Arg(128)->Arg(512);
+
+// One decode step's attention for one layer of the `mid` preset shapes (16 heads / 4 KV heads x 128,
+// 4 index heads x 128, MSA blocks of 128, top-16), all threads: the index scan, block selection
+// and block-sparse attention over a random cache. range(0): context length (512: every block
+// visible; 16384: scan of 128 blocks + 16 selected; K/V then exceed the last-level cache).
+void BM_attention_decode(benchmark::State& state) {
+  const int64_t ctx = state.range(0);
+  const m3::ModelConfig c = m3::ModelConfig::from_json_text(R"({"architectures": ["MiniMaxM3SparseForCausalLM"],
+    "model_type": "minimax_m3", "hidden_size": 2048, "intermediate_size": 512, "num_hidden_layers": 1,
+    "num_attention_heads": 16, "num_key_value_heads": 4, "head_dim": 128, "vocab_size": 32768,
+    "max_position_embeddings": 1048576, "rms_norm_eps": 1e-06, "rope_theta": 5000000, "rotary_dim": 64,
+    "hidden_act": "swigluoai", "use_qk_norm": true, "dense_intermediate_size": 6144, "shared_intermediate_size": 512,
+    "num_local_experts": 32, "num_experts_per_tok": 4, "n_shared_experts": 1, "scoring_func": "sigmoid",
+    "use_routing_bias": true, "moe_layer_freq": [0], "qk_norm_type": "per_head", "swiglu_alpha": 1.702,
+    "swiglu_limit": 7.0, "routed_scaling_factor": 2.0, "torch_dtype": "bfloat16",
+    "sparse_attention_config": {"use_sparse_attention": true, "sparse_index_dim": 128, "sparse_num_index_heads": 4,
+      "sparse_topk_blocks": 16, "sparse_block_size": 128, "sparse_disable_index_value": [1], "sparse_score_type": "max",
+      "sparse_init_block": 1, "sparse_local_block": 1, "sparse_attention_freq": [1]}})", "kernels_bench");
+  m3::SeqCache cache(c, ctx + 1);
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd;
+  const int64_t kvw = int64_t(c.n_kv_heads) * c.head_dim, qw = int64_t(c.n_heads) * c.head_dim;
+  std::vector<float> k(static_cast<size_t>(kvw)), v(static_cast<size_t>(kvw)), ik(static_cast<size_t>(c.index_dim));
+  for (int64_t p = 0; p <= ctx; ++p) {
+    for (auto& x : k) x = nd(rng);
+    for (auto& x : v) x = nd(rng);
+    for (auto& x : ik) x = nd(rng);
+    cache.store(0, p, k.data(), v.data(), ik.data());
+  }
+  cache.n_tokens = ctx + 1;
+  std::vector<float> q(static_cast<size_t>(qw)), iq(static_cast<size_t>(c.index_heads * c.index_dim)), out(static_cast<size_t>(qw));
+  for (auto& x : q) x = nd(rng);
+  for (auto& x : iq) x = nd(rng);
+  const m3::AttnSeq seq{&cache, ctx, 1, 0};
+  for (auto _ : state) {
+    m3::attention_batch(c, 0, &seq, 1, q.data(), iq.data(), m3::AttentionPath::Sparse, out.data());
+    benchmark::DoNotOptimize(out.data());
+  }
+  const int64_t keys = std::min<int64_t>(ctx + 1, 16 * 128);
+  const int64_t idx = ctx + 1 > 16 * 128 ? ctx + 1 : 0;
+  state.SetBytesProcessed(int64_t(state.iterations()) * (keys * kvw * 2 + idx * c.index_dim) * 4);
+}
+BENCHMARK(BM_attention_decode)->Arg(512)->Arg(16384)->UseRealTime();
+
+}  // namespace
+
+BENCHMARK_MAIN();
