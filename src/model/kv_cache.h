@@ -31,6 +31,7 @@ class SeqCache : public KVView {
   const float* k_rows(int layer, int g, int64_t lo, int64_t n, float* scratch, int64_t* stride) const override;
   const float* v_rows(int layer, int g, int64_t lo, int64_t n, float* scratch, int64_t* stride) const override;
   const float* ik_rows(int layer, int64_t lo, int64_t n, float* scratch, int64_t* stride) const override;
+  bool rows_in_place() const override { return true; }
 
  private:
   int64_t capacity_ = 0;

@@ -22,6 +22,9 @@ class KVView {
   // *stride floats apart. `scratch` has room for n * head_dim floats.
   virtual const float* k_rows(int layer, int g, int64_t lo, int64_t n, float* scratch, int64_t* stride) const = 0;
   virtual const float* v_rows(int layer, int g, int64_t lo, int64_t n, float* scratch, int64_t* stride) const = 0;
+  // True when k_rows / v_rows / ik_rows return pointers into the cache itself and never write the
+  // scratch (then re-reading a block costs nothing; a decoding cache is worth reusing).
+  virtual bool rows_in_place() const { return false; }
   // n index-key rows (scratch: n * index_dim floats).
   virtual const float* ik_rows(int layer, int64_t lo, int64_t n, float* scratch, int64_t* stride) const = 0;
 };
