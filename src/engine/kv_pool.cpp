@@ -53,6 +53,8 @@ const float* PagedKV::decode_rows(int64_t lo, int64_t n, KVDtype dt, int dim, fl
   const int64_t page = table_[lo / B];
   const int slot = int(lo % B);
   *stride = dim;
+  // fp32 rows of one page are contiguous (group-major pages): read in place.
+  if (dt == KVDtype::F32) return reinterpret_cast<const float*>(row(page, slot));
   for (int64_t j = 0; j < n; ++j) kv_decode_row(dt, row(page, slot + int(j)), dim, 1.0f, scratch + j * dim);
   return scratch;
 }
@@ -70,6 +72,27 @@ const float* PagedKV::v_rows(int layer, int g, int64_t lo, int64_t n, float* scr
 const float* PagedKV::ik_rows(int layer, int64_t lo, int64_t n, float* scratch, int64_t* stride) const {
   return decode_rows(lo, n, pool_.ik_dtype(), index_dim_, scratch, stride,
                      [&](int64_t page, int slot) { return pool_.ik_row(layer, page, slot); });
+}
+
+const uint16_t* PagedKV::k_rows_bf16(int layer, int g, int64_t lo, int64_t* stride) const {
+  if (pool_.kv_dtype() != KVDtype::BF16) return nullptr;
+  const int B = pool_.block_size();
+  *stride = head_dim_;
+  return reinterpret_cast<const uint16_t*>(pool_.k_row(layer, table_[lo / B], int(lo % B), g));
+}
+
+const uint16_t* PagedKV::v_rows_bf16(int layer, int g, int64_t lo, int64_t* stride) const {
+  if (pool_.kv_dtype() != KVDtype::BF16) return nullptr;
+  const int B = pool_.block_size();
+  *stride = head_dim_;
+  return reinterpret_cast<const uint16_t*>(pool_.v_row(layer, table_[lo / B], int(lo % B), g));
+}
+
+const uint16_t* PagedKV::ik_rows_bf16(int layer, int64_t lo, int64_t* stride) const {
+  if (pool_.ik_dtype() != KVDtype::BF16) return nullptr;
+  const int B = pool_.block_size();
+  *stride = index_dim_;
+  return reinterpret_cast<const uint16_t*>(pool_.ik_row(layer, table_[lo / B], int(lo % B)));
 }
 
 }  // namespace m3

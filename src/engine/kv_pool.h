@@ -37,7 +37,9 @@ class KVPool {
 
  private:
   uint8_t* row(std::vector<std::unique_ptr<uint8_t[]>>& lane, int layer, int64_t page, int slot, int g, size_t rb) {
-    return lane[layer].get() + (((page * block_size_) + slot) * cfg_.n_kv_heads + g) * rb;
+    // Group-major inside a page: one KV head's rows of a block are contiguous (read in place or
+    // decoded as one stream).
+    return lane[layer].get() + (((page * cfg_.n_kv_heads) + g) * block_size_ + slot) * rb;
   }
   ModelConfig cfg_;
   int block_size_;
@@ -58,6 +60,9 @@ class PagedKV : public KVView {
   const float* k_rows(int layer, int g, int64_t lo, int64_t n, float* scratch, int64_t* stride) const override;
   const float* v_rows(int layer, int g, int64_t lo, int64_t n, float* scratch, int64_t* stride) const override;
   const float* ik_rows(int layer, int64_t lo, int64_t n, float* scratch, int64_t* stride) const override;
+  const uint16_t* k_rows_bf16(int layer, int g, int64_t lo, int64_t* stride) const override;
+  const uint16_t* v_rows_bf16(int layer, int g, int64_t lo, int64_t* stride) const override;
+  const uint16_t* ik_rows_bf16(int layer, int64_t lo, int64_t* stride) const override;
 
  private:
   template <class RowFn>

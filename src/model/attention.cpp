@@ -103,6 +103,12 @@ void attend_blocks(const CpuOps& ops, const KVView& kv, int layer, int g, int D,
     const int64_t n = std::min<int64_t>(pos, lo + chunk - 1) - lo + 1;
     if (n <= 0) continue;
     int64_t ks, vs;
+    if (const uint16_t* Kb = kv.k_rows_bf16(layer, g, lo, &ks)) {  // BF16 cache: read in place
+      const uint16_t* Vb = kv.v_rows_bf16(layer, g, lo, &vs);
+      ops.attn_block_bf16(qg, qstride, HpG, Kb, ks, Vb, vs, n, D, scale, s.m.data(), s.l.data(), s.acc.data(),
+                          s.scores.data());
+      continue;
+    }
     const float *K, *V;
     block_rows(kv, layer, g, lo, n, D, chunk, reuse, epoch, s, &K, &ks, &V, &vs);
     ops.attn_block(qg, qstride, HpG, K, ks, V, vs, n, D, scale, s.m.data(), s.l.data(), s.acc.data(), s.scores.data());
@@ -220,11 +226,15 @@ void attention_batch(const ModelConfig& cfg, int layer, const AttnSeq* seqs, int
       if (s.ibuf.size() < size_t(chunk) * ID) s.ibuf.resize(size_t(chunk) * ID);
       const int64_t lo = c * chunk, n = std::min<int64_t>(pos, lo + chunk - 1) - lo + 1;
       int64_t st;
-      const float* ik = kv.ik_rows(layer, lo, n, s.ibuf.data(), &st);
       const float* iqr = iq + row * int64_t(cfg.index_heads) * ID;
       float* m = scores.data() + score_off[row] + c * G;
       for (int g = 0; g < G; ++g) m[g] = kNegInf;
-      ops.max_dots(iqr, ID, G, ik, st, n, ID, m);
+      if (const uint16_t* ikb = kv.ik_rows_bf16(layer, lo, &st)) {  // BF16 cache: read in place
+        ops.max_dots_bf16(iqr, ID, G, ikb, st, n, ID, m);
+      } else {
+        const float* ik = kv.ik_rows(layer, lo, n, s.ibuf.data(), &st);
+        ops.max_dots(iqr, ID, G, ik, st, n, ID, m);
+      }
     }
 #pragma omp for schedule(dynamic, 1)
     for (int64_t w = 0; w < work; ++w) {

@@ -25,6 +25,11 @@ class KVView {
   // True when k_rows / v_rows / ik_rows return pointers into the cache itself and never write the
   // scratch (then re-reading a block costs nothing; a decoding cache is worth reusing).
   virtual bool rows_in_place() const { return false; }
+  // Rows stored as BF16, read in place by the BF16 kernels: the address of row lo of KV head g
+  // (index keys: of the index lane) and the stride in elements; nullptr when stored otherwise.
+  virtual const uint16_t* k_rows_bf16(int layer, int g, int64_t lo, int64_t* stride) const { return nullptr; }
+  virtual const uint16_t* v_rows_bf16(int layer, int g, int64_t lo, int64_t* stride) const { return nullptr; }
+  virtual const uint16_t* ik_rows_bf16(int layer, int64_t lo, int64_t* stride) const { return nullptr; }
   // n index-key rows (scratch: n * index_dim floats).
   virtual const float* ik_rows(int layer, int64_t lo, int64_t n, float* scratch, int64_t* stride) const = 0;
 };

@@ -4,12 +4,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <vector>
 
 #include "formats/dtype.h"
-#include <cstring>
 #include "kernels/cpu/dispatch.h"
 #include "kernels/cpu/linear.h"
 
@@ -201,6 +201,52 @@ TEST(KernelsIsaAttention, AttnBlocksMatchReference) {
             for (int64_t j = 0; j < N; ++j) o += s[j] * V[j * vs + d];
             EXPECT_NEAR(acc[h * D + d] / l[h], o / sum, 2e-6) << isa << " H=" << H << " D=" << D << " d=" << d;
           }
+        }
+      }
+    }
+  }
+}
+
+// The BF16 variants (reading a BF16 cache in place) give exactly the fp32 kernels' results on the
+// widened rows, in every ISA build, including off-tile head counts, widths and key counts.
+TEST(KernelsIsaAttention, Bf16KernelsEqualFp32KernelsOnWidenedRows) {
+  std::mt19937 rng(13);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  for (const char* isa : kIsas) {
+    const m3::CpuOps* ops = m3::cpu_ops_for(isa);
+    if (!ops) continue;
+    for (int H : {1, 4, 6, 8}) {
+      for (int D : {128, 36}) {
+        for (int64_t n : {1, 5, 128}) {
+          const int64_t qs = D + 1, ks = D + 6;
+          std::vector<float> q(size_t(H * qs));
+          for (auto& v : q) v = nd(rng);
+          std::vector<uint16_t> kb(size_t(n * ks)), vb(size_t(n * ks));
+          std::vector<float> kf(kb.size()), vf(vb.size());
+          for (size_t i = 0; i < kb.size(); ++i) {
+            kb[i] = m3::float_to_bf16(nd(rng));
+            vb[i] = m3::float_to_bf16(nd(rng));
+            kf[i] = m3::bf16_to_float(kb[i]);
+            vf[i] = m3::bf16_to_float(vb[i]);
+          }
+          std::vector<float> m1(size_t(H), -1e30f), m2 = m1;
+          ops->max_dots(q.data(), qs, H, kf.data(), ks, n, D, m1.data());
+          ops->max_dots_bf16(q.data(), qs, H, kb.data(), ks, n, D, m2.data());
+          EXPECT_EQ(m1, m2) << isa << " max_dots H=" << H << " D=" << D << " n=" << n;
+
+          const float scale = 0.1f;
+          std::vector<float> ma(size_t(H), -std::numeric_limits<float>::infinity()), la(size_t(H), 0.f),
+              acca(size_t(H) * D, 0.f), scr(size_t(H) * (128 + 8));
+          std::vector<float> mb = ma, lb = la, accb = acca;
+          for (int rep = 0; rep < 2; ++rep) {  // two blocks: the rescale path too
+            ops->attn_block(q.data(), qs, H, kf.data(), ks, vf.data(), ks, n, D, scale, ma.data(), la.data(),
+                            acca.data(), scr.data());
+            ops->attn_block_bf16(q.data(), qs, H, kb.data(), ks, vb.data(), ks, n, D, scale, mb.data(), lb.data(),
+                                 accb.data(), scr.data());
+          }
+          EXPECT_EQ(ma, mb) << isa << " attn_block H=" << H << " D=" << D << " n=" << n;
+          EXPECT_EQ(la, lb) << isa << " attn_block H=" << H << " D=" << D << " n=" << n;
+          EXPECT_EQ(acca, accb) << isa << " attn_block H=" << H << " D=" << D << " n=" << n;
         }
       }
     }

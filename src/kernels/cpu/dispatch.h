@@ -22,6 +22,11 @@ struct CpuOps {
   // acc[H*D] unnormalised output. scratch holds at least H * (n + 8) floats.
   void (*attn_block)(const float* q, int64_t qs, int H, const float* K, int64_t ks, const float* V, int64_t vs,
                      int64_t n, int D, float scale, float* m, float* l, float* acc, float* scratch);
+  // The same two kernels over BF16 rows (strides in elements), read in place from a BF16 cache;
+  // results equal the fp32 kernels' on the widened rows.
+  void (*max_dots_bf16)(const float* q, int64_t qs, int H, const uint16_t* k, int64_t ks, int64_t n, int D, float* m);
+  void (*attn_block_bf16)(const float* q, int64_t qs, int H, const uint16_t* K, int64_t ks, const uint16_t* V,
+                          int64_t vs, int64_t n, int D, float scale, float* m, float* l, float* acc, float* scratch);
 };
 
 constexpr int kLinearTileRows = 4;

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <vector>
 #include <immintrin.h>
 
 #include "formats/dtype.h"
