@@ -1,7 +1,7 @@
 // `m3serve bench roofline` (see roofline.h): streaming-read and FMA probes, then decode and prefill
 // steps of the model, timed whole (Model::forward) and per kernel class through the public kernel
-// entry points (linear_forward on the real weights, attention_batch over a filled SeqCache,
-// moe_route), with bytes and FLOPs counted from the shapes.
+// entry points (linear_forward on the real weights, attention_batch over a filled paged KV cache
+// of the serving engine's dtypes, moe_route), with bytes and FLOPs counted from the shapes.
 #include "bench/roofline.h"
 
 #include <immintrin.h>
@@ -20,6 +20,8 @@
 
 #include <fmt/format.h>
 
+#include "engine/kv_format.h"
+#include "engine/kv_pool.h"
 #include "formats/error.h"
 #include "kernels/cpu/dispatch.h"
 #include "kernels/cpu/linear.h"
@@ -193,6 +195,8 @@ MachineLimits measure_limits(double probe_mib, int threads) {
 void run_roofline(const RooflineOptions& o) {
   if (o.threads > 0) omp_set_num_threads(o.threads);
   if (o.context < 1 || o.prefill < 1) throw Error("--context and --prefill must be at least 1");
+  const KVDtype kvd = parse_kv_dtype(o.kv_cache_dtype, "--kv-cache-dtype");
+  const KVDtype ikd = parse_kv_dtype(o.indexer_kv_dtype, "--indexer-kv-dtype");
   const MachineLimits lim = measure_limits(o.probe_mib, o.threads);
   std::printf("machine: %d threads, probe ISA %s, kernels dispatch to %s\n", lim.threads, lim.isa.c_str(), cpu_ops().name);
   std::printf("  memory read bandwidth: %.2f GB/s  (streaming read of %.0f MiB, best of 5 passes)\n", lim.read_gbs,
@@ -213,9 +217,16 @@ void run_roofline(const RooflineOptions& o) {
   const int D = c.head_dim, G = c.n_kv_heads, ID = c.index_dim;
   const int64_t kvw = int64_t(G) * D, qw = int64_t(c.n_heads) * D;
 
-  // A cache holding random K/V (and index keys) for positions [0, need).
+  // A paged cache like the engine's (same page size and dtypes) holding random K/V (and index
+  // keys) for positions [0, need).
   const int64_t need = std::max(o.context + 1, o.prefill) + 1;
-  SeqCache cache = model.new_cache(need + 8);
+  const int B = c.any_sparse() ? c.block_size : 128;
+  std::vector<int32_t> table(size_t((need + B - 1) / B));
+  for (size_t i = 0; i < table.size(); ++i) table[i] = int32_t(i);
+  KVPool pool(c, B, kvd, ikd, int64_t(table.size()));
+  PagedKV cache(pool, table, need);
+  std::printf("  KV cache: paged, %d-token pages, K/V %s, index keys %s (--kv-cache-dtype / --indexer-kv-dtype)\n", B,
+              kv_dtype_name(kvd), kv_dtype_name(ikd));
   {
     std::vector<float> k(static_cast<size_t>(kvw)), v(static_cast<size_t>(kvw)), ik(static_cast<size_t>(std::max(ID, 1)));
     for (int l = 0; l < c.n_layers; ++l)
@@ -232,12 +243,14 @@ void run_roofline(const RooflineOptions& o) {
   std::vector<int32_t> toks(size_t(o.prefill));
   for (auto& t : toks) t = int32_t(rng() % uint32_t(c.vocab));
   const double decode_whole = best_time(o.repeats, [&] {
-    cache.n_tokens = o.context;
-    model.forward(toks.data(), 1, cache, logits.data());
+    PagedKV view(pool, table, o.context + 1);
+    const BatchItem item{&view, toks.data(), 1, o.context, 0};
+    model.forward_batch(&item, 1, logits.data());
   });
   const double prefill_whole = best_time(std::min(o.repeats, 2), [&] {
-    cache.n_tokens = 0;
-    model.forward(toks.data(), o.prefill, cache, logits.data());
+    PagedKV view(pool, table, o.prefill);
+    const BatchItem item{&view, toks.data(), o.prefill, 0, o.prefill - 1};
+    model.forward_batch(&item, 1, logits.data());
   });
 
   // Per class: the kernels called directly on the real weights.
@@ -280,8 +293,8 @@ void run_roofline(const RooflineOptions& o) {
         lin("index projections", L.attn.index_k, T);
       }
       // Attention over the filled cache.
-      cache.n_tokens = start + T;
-      AttnSeq seq{&cache, start, T, 0};
+      PagedKV view(pool, table, start + T);
+      AttnSeq seq{&view, start, T, 0};
       const double t_att = best_time(o.repeats, [&] {
         attention_batch(c, l, &seq, 1, q.data(), sparse ? iq.data() : nullptr, AttentionPath::Sparse, out.data());
       });
@@ -293,7 +306,7 @@ void run_roofline(const RooflineOptions& o) {
         const int64_t pos = start + t;
         const bool scored = sparse && !msa_all_visible(pos, mp);
         if (scored) {
-          idx_bytes += double(pos + 1) * ID * 4;
+          idx_bytes += double(pos + 1) * double(kv_row_bytes(ikd, ID));
           idx_flops += 2.0 * G * (pos + 1) * ID;
           att_tokens += double(std::min<int64_t>(int64_t(mp.topk) * mp.block_size, pos + 1));
         } else {
@@ -302,7 +315,7 @@ void run_roofline(const RooflineOptions& o) {
       }
       if (idx_flops > 0) {
         const CpuOps& ops = cpu_ops();
-        const int chunk = cache.chunk();
+        const int chunk = view.chunk();
         const int64_t nblk = (start + T - 1) / chunk + 1;
         t_idx = best_time(o.repeats, [&] {
           float sink = 0;
@@ -315,19 +328,23 @@ void run_roofline(const RooflineOptions& o) {
             ibuf.resize(size_t(chunk) * ID);
             const int64_t lo = b * chunk, n = std::min<int64_t>(pos, lo + chunk - 1) - lo + 1;
             int64_t st;
-            const float* ik = cache.ik_rows(l, lo, n, ibuf.data(), &st);
             float mx[64];
             for (int g = 0; g < G && g < 64; ++g) mx[g] = -1e30f;
-            ops.max_dots(iqt, ID, std::min(G, 64), ik, st, n, ID, mx);
+            if (const uint16_t* ikb = view.ik_rows_bf16(l, lo, &st)) {
+              ops.max_dots_bf16(iqt, ID, std::min(G, 64), ikb, st, n, ID, mx);
+            } else {
+              const float* ik = view.ik_rows(l, lo, n, ibuf.data(), &st);
+              ops.max_dots(iqt, ID, std::min(G, 64), ik, st, n, ID, mx);
+            }
             for (int g = 0; g < G && g < 64; ++g) sink += mx[g];
           }
           g_sink = sink;
         });
-        add("index scoring", "replay of attention_batch's index scan (cpu_ops().max_dots)", t_idx, idx_bytes, idx_flops);
+        add("index scoring", "replay of attention_batch's index scan (cpu_ops().max_dots*)", t_idx, idx_bytes, idx_flops);
       }
       add(sparse ? "sparse attention" : "dense attention",
           sparse ? "attention_batch(Sparse) minus the index-scoring replay" : "attention_batch", std::max(0.0, t_att - t_idx),
-          double(G) * att_tokens * D * 2 * 4, 4.0 * c.n_heads * att_tokens * D);
+          double(G) * att_tokens * 2 * double(kv_row_bytes(kvd, D)), 4.0 * c.n_heads * att_tokens * D);
       // FFN.
       if (!c.moe_layer[l]) {
         lin("dense MLP", L.mlp.gate, T);
@@ -360,7 +377,7 @@ void run_roofline(const RooflineOptions& o) {
 
   std::printf("\nlimits: %.2f GB/s read, %.2f GFLOP/s FMA; %%BW and %%FMA are fractions of these.\n", lim.read_gbs,
               lim.fma_gflops);
-  std::printf("bytes: weights read once per call + fp32 activations in/out; KV and index keys as fp32 rows read.\n");
+  std::printf("bytes: weights read once per call + fp32 activations in/out; KV and index-key rows read in their cache dtype.\n");
   std::printf("every timed call starts from cold caches (a 96 MiB buffer is read before it).\n");
   print_table(fmt::format("DECODE: 1 token at context {} (best of {})", o.context, o.repeats).c_str(), classes(1, true), lim,
               decode_whole, 1);

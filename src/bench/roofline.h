@@ -14,6 +14,8 @@ struct RooflineOptions {
   int repeats = 3;         // timed repetitions (the best is kept)
   int threads = 0;         // 0: OpenMP default
   double probe_mib = 512;  // bandwidth probe buffer
+  std::string kv_cache_dtype = "auto";    // the paged cache's K/V dtype (as `serve --kv-cache-dtype`)
+  std::string indexer_kv_dtype = "auto";  // index keys (as `serve --attention-config indexer_kv_dtype`)
 };
 
 // Machine limits from the probes.

@@ -69,6 +69,10 @@ void register_bench(CLI::App& app) {
   r->add_option("--repeats", ro->repeats, "Timed repetitions (best kept)")->capture_default_str();
   r->add_option("--threads", ro->threads, "Threads (0: OpenMP default)")->capture_default_str();
   r->add_option("--probe-mib", ro->probe_mib, "Bandwidth probe buffer, MiB")->capture_default_str();
+  r->add_option("--kv-cache-dtype", ro->kv_cache_dtype, "K/V cache dtype, as for serve: auto (bf16), bf16, fp8, nvfp4, fp32")
+      ->capture_default_str();
+  r->add_option("--indexer-kv-dtype", ro->indexer_kv_dtype, "Index-key cache dtype: auto (bf16), bf16, fp8, nvfp4, fp32")
+      ->capture_default_str();
   r->callback([ro] { bench::run_roofline(*ro); });
 }
 

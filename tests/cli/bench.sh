@@ -60,4 +60,6 @@ fi
 grep -q -- "--endpoint" "$TMP/bad.err" || fail "bad endpoint not named: $(cat "$TMP/bad.err")"
 if "$BIN" bench roofline >/dev/null 2>"$TMP/roof.err"; then fail "roofline without --model accepted"; fi
 grep -q -- "--model" "$TMP/roof.err" || fail "roofline: --model not named"
+if "$BIN" bench roofline --model "$TMP/none" --kv-cache-dtype fp7 >/dev/null 2>"$TMP/roof.err"; then fail "roofline: bad KV dtype accepted"; fi
+grep -q -- "--kv-cache-dtype" "$TMP/roof.err" || fail "roofline: bad KV dtype not named"
 echo "bench.sh: OK"
