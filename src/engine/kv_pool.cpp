@@ -2,6 +2,7 @@
 #include "engine/kv_pool.h"
 
 #include "formats/error.h"
+#include "kernels/cpu/dispatch.h"
 
 namespace m3 {
 
@@ -55,7 +56,10 @@ const float* PagedKV::decode_rows(int64_t lo, int64_t n, KVDtype dt, int dim, fl
   *stride = dim;
   // fp32 rows of one page are contiguous (group-major pages): read in place.
   if (dt == KVDtype::F32) return reinterpret_cast<const float*>(row(page, slot));
-  for (int64_t j = 0; j < n; ++j) kv_decode_row(dt, row(page, slot + int(j)), dim, 1.0f, scratch + j * dim);
+  // The rows are contiguous too: one vectorised decode over the run.
+  const KvRowKind kind = dt == KVDtype::BF16 ? KvRowKind::BF16 : dt == KVDtype::FP8 ? KvRowKind::FP8 : KvRowKind::NVFP4;
+  const uint8_t* first = row(page, slot);
+  cpu_ops().decode_kv_rows(int(kind), first, n > 1 ? row(page, slot + 1) - first : 0, n, dim, scratch);
   return scratch;
 }
 

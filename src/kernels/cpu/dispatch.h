@@ -27,9 +27,15 @@ struct CpuOps {
   void (*max_dots_bf16)(const float* q, int64_t qs, int H, const uint16_t* k, int64_t ks, int64_t n, int D, float* m);
   void (*attn_block_bf16)(const float* q, int64_t qs, int H, const uint16_t* K, int64_t ks, const uint16_t* V,
                           int64_t vs, int64_t n, int D, float scale, float* m, float* l, float* acc, float* scratch);
+  // n cache rows of `dim` elements (stride_bytes apart) decoded to fp32 [n, dim], exactly as
+  // engine/kv_format's kv_decode_row with scale 1 (BF16, FP8 E4M3, NVFP4 with per-16 E4M3 scales).
+  void (*decode_kv_rows)(int kind, const uint8_t* src, int64_t stride_bytes, int64_t n, int dim, float* out);
 };
 
 constexpr int kLinearTileRows = 4;
+
+// Row encodings of the quantised paged KV cache (engine/kv_format.h), as the decode kernel sees them.
+enum class KvRowKind : int { BF16 = 1, FP8 = 2, NVFP4 = 3 };
 
 const CpuOps& cpu_ops();
 // The table for one ISA by name, or nullptr when this CPU cannot run it.
