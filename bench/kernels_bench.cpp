@@ -17,6 +17,7 @@
 #include "model/attention.h"
 #include "model/config.h"
 #include "model/kv_cache.h"
+#include "engine/kv_pool.h"
 
 namespace {
 
@@ -147,7 +148,8 @@ BENCHMARK(BM_attn_block)->Arg(128)->Arg(512);
 // One decode step's attention for one layer of the `mid` preset shapes (16 heads / 4 KV heads x 128,
 // 4 index heads x 128, MSA blocks of 128, top-16), all threads: the index scan, block selection
 // and block-sparse attention over a random cache. range(0): context length (512: every block
-// visible; 16384: scan of 128 blocks + 16 selected; K/V then exceed the last-level cache).
+// visible; 16384: scan of 128 blocks + 16 selected; K/V then exceed the last-level cache);
+// range(1): 0 = fp32 SeqCache, 1 = the engine's paged BF16 cache (read in place).
 void BM_attention_decode(benchmark::State& state) {
   const int64_t ctx = state.range(0);
   const m3::ModelConfig c = m3::ModelConfig::from_json_text(R"({"architectures": ["MiniMaxM3SparseForCausalLM"],
@@ -161,7 +163,14 @@ void BM_attention_decode(benchmark::State& state) {
     "sparse_attention_config": {"use_sparse_attention": true, "sparse_index_dim": 128, "sparse_num_index_heads": 4,
       "sparse_topk_blocks": 16, "sparse_block_size": 128, "sparse_disable_index_value": [1], "sparse_score_type": "max",
       "sparse_init_block": 1, "sparse_local_block": 1, "sparse_attention_freq": [1]}})", "kernels_bench");
-  m3::SeqCache cache(c, ctx + 1);
+  const bool paged = state.range(1) != 0;
+  m3::SeqCache seq_cache(c, paged ? 1 : ctx + 1);
+  const int B = 128;
+  std::vector<int32_t> table(size_t((ctx + 1 + B - 1) / B));
+  for (size_t i = 0; i < table.size(); ++i) table[i] = int32_t(i);
+  m3::KVPool pool(c, B, m3::KVDtype::BF16, m3::KVDtype::BF16, paged ? int64_t(table.size()) : 1);
+  m3::PagedKV paged_cache(pool, table, ctx + 1);
+  m3::KVView& cache = paged ? static_cast<m3::KVView&>(paged_cache) : static_cast<m3::KVView&>(seq_cache);
   std::mt19937 rng(5);
   std::normal_distribution<float> nd;
   const int64_t kvw = int64_t(c.n_kv_heads) * c.head_dim, qw = int64_t(c.n_heads) * c.head_dim;
@@ -172,7 +181,7 @@ void BM_attention_decode(benchmark::State& state) {
     for (auto& x : ik) x = nd(rng);
     cache.store(0, p, k.data(), v.data(), ik.data());
   }
-  cache.n_tokens = ctx + 1;
+  seq_cache.n_tokens = ctx + 1;
   std::vector<float> q(static_cast<size_t>(qw)), iq(static_cast<size_t>(c.index_heads * c.index_dim)), out(static_cast<size_t>(qw));
   for (auto& x : q) x = nd(rng);
   for (auto& x : iq) x = nd(rng);
@@ -183,9 +192,10 @@ void BM_attention_decode(benchmark::State& state) {
   }
   const int64_t keys = std::min<int64_t>(ctx + 1, 16 * 128);
   const int64_t idx = ctx + 1 > 16 * 128 ? ctx + 1 : 0;
-  state.SetBytesProcessed(int64_t(state.iterations()) * (keys * kvw * 2 + idx * c.index_dim) * 4);
+  state.SetBytesProcessed(int64_t(state.iterations()) * (keys * kvw * 2 + idx * c.index_dim) * (paged ? 2 : 4));
+  state.SetLabel(paged ? "paged BF16 cache (serve default)" : "fp32 SeqCache");
 }
-BENCHMARK(BM_attention_decode)->Arg(512)->Arg(16384)->UseRealTime();
+BENCHMARK(BM_attention_decode)->Args({512, 0})->Args({16384, 0})->Args({512, 1})->Args({16384, 1})->UseRealTime();
 
 }  // namespace
 
