@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Issue-6 performance figures on the `mid` shapes, reproducibly: builds the two mid models (m31 =
+# MXFP8 + NVFP4, m3-mxfp8) if missing, runs `bench roofline` at context 512 and 16384 RUNS times each
+# (interleaved, so machine noise hits both alike) and prints best and median decode times, the 16K/512
+# ratios and the prefill rate; then serves the m31 model and runs `bench serve` (random 1024 in / 128 out)
+# at concurrency 1, 8 and 32 (server and roofline with OMP_WAIT_POLICY=active unless set). Not part of
+# `make test` (about 15 minutes on 2 cores).
+# Usage: tools/perf_report.sh [m3serve] [workdir]   (RUNS=3, SERVE=0 skips bench serve, PORT=8011)
+set -euo pipefail
+BIN=$(realpath "${1:-build/m3serve}")
+WORK=${2:-/tmp/m3perf}
+RUNS=${RUNS:-3}
+PORT=${PORT:-8011}
+mkdir -p "$WORK"
+export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-active}
+
+for layout in m31 m3-mxfp8; do
+  [ -f "$WORK/mid-$layout/config.json" ] || "$BIN" make-model --layout "$layout" --preset mid --out "$WORK/mid-$layout" >/dev/null
+done
+
+# decode_ms FILE: whole-step ms of the DECODE table; prefill_tps FILE: tokens/s of the PREFILL table
+decode_ms() { sed -n '/^DECODE/,/tokens\/s/p' "$1" | awk '/^whole step/ {print $4}'; }
+prefill_tps() { sed -n '/^PREFILL/,$p' "$1" | awk '/-> / {print $2}'; }
+stats() { sort -g | awk '{v[NR]=$1} END {printf "%s %s\n", v[1], v[int((NR+1)/2)]}'; }  # best median
+
+for i in $(seq 1 "$RUNS"); do
+  for layout in m31 m3-mxfp8; do
+    "$BIN" bench roofline --model "$WORK/mid-$layout" --context 512 --repeats 5 >"$WORK/roof.$layout.512.$i.txt"
+    "$BIN" bench roofline --model "$WORK/mid-$layout" --context 16384 --prefill 16 --repeats 5 >"$WORK/roof.$layout.16k.$i.txt"
+  done
+done
+
+printf "\n%-9s %-26s %-26s %-22s %s\n" layout "decode 512 ms best/median" "decode 16K ms best/median" "16K/512 best/median" "prefill 512 tok/s best"
+for layout in m31 m3-mxfp8; do
+  read -r b512 m512 < <(for f in "$WORK"/roof.$layout.512.*.txt; do decode_ms "$f"; done | stats)
+  read -r b16 m16 < <(for f in "$WORK"/roof.$layout.16k.*.txt; do decode_ms "$f"; done | stats)
+  pf=$(for f in "$WORK"/roof.$layout.512.*.txt; do prefill_tps "$f"; done | sort -gr | head -1)
+  printf "%-9s %-26s %-26s %-22s %s\n" "$layout" "$b512 / $m512" "$b16 / $m16" \
+    "$(awk -v a="$b512" -v b="$b16" -v c="$m512" -v d="$m16" 'BEGIN {printf "%.2f / %.2f", a/b, c/d}')" "$pf"
+done
+echo "full reports: $WORK/roof.*.txt"
+
+[ "${SERVE:-1}" = 0 ] && exit 0
+"$BIN" serve "$WORK/mid-m31" --kv-cache-memory 4 --max-model-len 4096 --port "$PORT" >"$WORK/serve.log" 2>&1 &
+SERVER=$!
+trap 'kill $SERVER 2>/dev/null || true' EXIT
+for _ in $(seq 1 120); do curl -sf "http://127.0.0.1:$PORT/v1/models" >/dev/null && break; sleep 1; done
+printf "\n%-12s %-12s %-12s %-22s %s\n" "conc(prompts)" "out tok/s" "total tok/s" "TTFT mean/median ms" "TPOT mean ms"
+for cfg in "1 4" "8 16" "32 32"; do
+  set -- $cfg
+  "$BIN" bench serve --port "$PORT" --random-input-len 1024 --random-output-len 128 --ignore-eos --seed 1 \
+    --max-concurrency "$1" --num-prompts "$2" --no-progress --save-result "$WORK/serve_c$1.json" >"$WORK/serve_c$1.txt" 2>&1
+  python3 - "$WORK/serve_c$1.json" "$1($2)" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+print(f"{sys.argv[2]:<12} {r['output_throughput']:<12.1f} {r['total_token_throughput']:<12.1f} "
+      f"{r['mean_ttft_ms']:.0f}/{r['median_ttft_ms']:<15.0f} {r['mean_tpot_ms']:.1f}")
+PY
+done
+echo "full results: $WORK/serve_c*.txt / .json"
