@@ -28,13 +28,7 @@ EXPECTED="$DATA/demo/tool_tasks_expected.txt"
   --kv-cache-memory 0.25 >"$TMP/server.log" 2>&1 &
 PID=$!
 trap 'kill -9 $PID 2>/dev/null || true' EXIT
-wait_server_port "$TMP/server.log" $PID
-U=http://127.0.0.1:$PORT
-for i in $(seq 1 100); do
-  curl -s -o /dev/null --max-time 2 "$U/health" && break
-  [ "$i" = 100 ] && fail "/health never answered"
-  sleep 0.1
-done
+wait_server_health "$TMP/server.log" $PID
 
 n=0; wf=0; named=0; think_calls=0; think_ok=0
 exec 3<"$EXPECTED"

@@ -40,13 +40,7 @@ KEY=test-key-123
 PID=$!
 trap 'kill -9 $PID 2>/dev/null || true' EXIT
 
-wait_server_port "$TMP/server.log" $PID
-U=http://127.0.0.1:$PORT
-for i in $(seq 1 100); do
-  curl -s -o /dev/null --max-time 2 "$U/health" && break
-  [ "$i" = 100 ] && fail "/health never answered"
-  sleep 0.1
-done
+wait_server_health "$TMP/server.log" $PID
 grep -q 'not applicable on this build.*--compilation-config' "$TMP/server.log" || fail "GPU flags not reported"
 grep -q 'KV cache:' "$TMP/server.log" || fail "engine describe() line missing"
 

@@ -245,6 +245,21 @@ def pick_tools(rng, task):
     return tools
 
 
+def tool_turn(rng, mode, task):
+    """The assistant's side of one tool task: the call (with reasoning by the mode), the tool results and
+    the final answer (with reasoning by the mode)."""
+    call_msg = {"role": "assistant", "content": "",
+                "tool_calls": [{"type": "function", "function": {"name": n, "arguments": a}}
+                               for n, a in task["calls"]]}
+    if thinks(rng, mode, 0.7):
+        call_msg["reasoning_content"] = task["think1"]
+    fin = {"role": "assistant", "content": task["answer"]}
+    results = [{"role": "tool", "content": res} for res in task["results"]]
+    if thinks(rng, mode, 0.5):
+        fin["reasoning_content"] = task["think2"]
+    return [call_msg] + results + [fin]
+
+
 def conversation(rng, tmpl, verses, split="train"):
     """One rendered training conversation (full text, no generation prompt)."""
     mode = rng.choice(MODES)
@@ -258,19 +273,7 @@ def conversation(rng, tmpl, verses, split="train"):
             u, th, a = chat_plain(rng, verses)
             msgs += [{"role": "user", "content": u}, {"role": "assistant", "content": a}]
         msgs.append({"role": "user", "content": task["user"]})
-        t1 = thinks(rng, mode, 0.7)
-        call_msg = {"role": "assistant", "content": "",
-                    "tool_calls": [{"type": "function", "function": {"name": n, "arguments": a}}
-                                   for n, a in task["calls"]]}
-        if t1:
-            call_msg["reasoning_content"] = task["think1"]
-        msgs.append(call_msg)
-        for res in task["results"]:
-            msgs.append({"role": "tool", "content": res})
-        fin = {"role": "assistant", "content": task["answer"]}
-        if thinks(rng, mode, 0.5):
-            fin["reasoning_content"] = task["think2"]
-        msgs.append(fin)
+        msgs += tool_turn(rng, mode, task)
     else:
         if rng.random() < 0.3:
             tools = [t for t in ALL_TOOLS if rng.random() < 0.5] or None
@@ -318,18 +321,7 @@ def tool_session(rng, tmpl, verses, split="train"):
                 m["reasoning_content"] = th
             msgs += [{"role": "user", "content": u}, m]
         msgs.append({"role": "user", "content": task["user"]})
-        call_msg = {"role": "assistant", "content": "",
-                    "tool_calls": [{"type": "function", "function": {"name": n, "arguments": a}}
-                                   for n, a in task["calls"]]}
-        if thinks(rng, mode, 0.7):
-            call_msg["reasoning_content"] = task["think1"]
-        msgs.append(call_msg)
-        for res in task["results"]:
-            msgs.append({"role": "tool", "content": res})
-        fin = {"role": "assistant", "content": task["answer"]}
-        if thinks(rng, mode, 0.5):
-            fin["reasoning_content"] = task["think2"]
-        msgs.append(fin)
+        msgs += tool_turn(rng, mode, task)
     return render(tmpl, msgs, tools, mode)
 
 

@@ -1,6 +1,6 @@
 # Sourced by the server round-trip scripts: waits (bounded, polling the log, no fixed sleep as
-# synchronisation) until `m3serve serve --port 0` reports its port, and sets PORT. Needs a `fail`
-# function in the caller.
+# synchronisation) until `m3serve serve --port 0` reports its port, and sets PORT; wait_server_health
+# then also waits until /health answers and sets U (the base URL). Needs a `fail` function in the caller.
 wait_server_port() {
   local log=$1 pid=$2
   PORT=""
@@ -11,4 +11,14 @@ wait_server_port() {
     sleep 0.1
   done
   fail "server did not report its port"
+}
+
+wait_server_health() {
+  wait_server_port "$1" "$2"
+  U=http://127.0.0.1:$PORT
+  for i in $(seq 1 100); do
+    curl -s -o /dev/null --max-time 2 "$U/health" && return 0
+    [ "$i" = 100 ] && fail "/health never answered"
+    sleep 0.1
+  done
 }
