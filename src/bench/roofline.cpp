@@ -314,7 +314,6 @@ void run_roofline(const RooflineOptions& o) {
         }
       }
       if (idx_flops > 0) {
-        const CpuOps& ops = cpu_ops();
         const int chunk = view.chunk();
         const int64_t nblk = (start + T - 1) / chunk + 1;
         t_idx = best_time(o.repeats, [&] {
@@ -327,20 +326,14 @@ void run_roofline(const RooflineOptions& o) {
             thread_local std::vector<float> ibuf;
             ibuf.resize(size_t(chunk) * ID);
             const int64_t lo = b * chunk, n = std::min<int64_t>(pos, lo + chunk - 1) - lo + 1;
-            int64_t st;
             float mx[64];
             for (int g = 0; g < G && g < 64; ++g) mx[g] = -1e30f;
-            if (const uint16_t* ikb = view.ik_rows_bf16(l, lo, &st)) {
-              ops.max_dots_bf16(iqt, ID, std::min(G, 64), ikb, st, n, ID, mx);
-            } else {
-              const float* ik = view.ik_rows(l, lo, n, ibuf.data(), &st);
-              ops.max_dots(iqt, ID, std::min(G, 64), ik, st, n, ID, mx);
-            }
+            index_scan_block(view, l, lo, n, iqt, ID, std::min(G, 64), ibuf.data(), mx);
             for (int g = 0; g < G && g < 64; ++g) sink += mx[g];
           }
           g_sink = sink;
         });
-        add("index scoring", "replay of attention_batch's index scan (cpu_ops().max_dots*)", t_idx, idx_bytes, idx_flops);
+        add("index scoring", "replay of attention_batch's index scan (index_scan_block)", t_idx, idx_bytes, idx_flops);
       }
       add(sparse ? "sparse attention" : "dense attention",
           sparse ? "attention_batch(Sparse) minus the index-scoring replay" : "attention_batch", std::max(0.0, t_att - t_idx),

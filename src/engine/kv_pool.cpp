@@ -78,25 +78,28 @@ const float* PagedKV::ik_rows(int layer, int64_t lo, int64_t n, float* scratch, 
                      [&](int64_t page, int slot) { return pool_.ik_row(layer, page, slot); });
 }
 
-const uint16_t* PagedKV::k_rows_bf16(int layer, int g, int64_t lo, int64_t* stride) const {
-  if (pool_.kv_dtype() != KVDtype::BF16) return nullptr;
+// Rows [lo, ...) of a lane stored as BF16, in place (one page's rows of a lane are contiguous).
+template <class RowFn>
+const uint16_t* PagedKV::bf16_rows(int64_t lo, KVDtype dt, int dim, int64_t* stride, RowFn row) const {
+  if (dt != KVDtype::BF16) return nullptr;
   const int B = pool_.block_size();
-  *stride = head_dim_;
-  return reinterpret_cast<const uint16_t*>(pool_.k_row(layer, table_[lo / B], int(lo % B), g));
+  *stride = dim;
+  return reinterpret_cast<const uint16_t*>(row(table_[lo / B], int(lo % B)));
+}
+
+const uint16_t* PagedKV::k_rows_bf16(int layer, int g, int64_t lo, int64_t* stride) const {
+  return bf16_rows(lo, pool_.kv_dtype(), head_dim_, stride,
+                   [&](int64_t page, int slot) { return pool_.k_row(layer, page, slot, g); });
 }
 
 const uint16_t* PagedKV::v_rows_bf16(int layer, int g, int64_t lo, int64_t* stride) const {
-  if (pool_.kv_dtype() != KVDtype::BF16) return nullptr;
-  const int B = pool_.block_size();
-  *stride = head_dim_;
-  return reinterpret_cast<const uint16_t*>(pool_.v_row(layer, table_[lo / B], int(lo % B), g));
+  return bf16_rows(lo, pool_.kv_dtype(), head_dim_, stride,
+                   [&](int64_t page, int slot) { return pool_.v_row(layer, page, slot, g); });
 }
 
 const uint16_t* PagedKV::ik_rows_bf16(int layer, int64_t lo, int64_t* stride) const {
-  if (pool_.ik_dtype() != KVDtype::BF16) return nullptr;
-  const int B = pool_.block_size();
-  *stride = index_dim_;
-  return reinterpret_cast<const uint16_t*>(pool_.ik_row(layer, table_[lo / B], int(lo % B)));
+  return bf16_rows(lo, pool_.ik_dtype(), index_dim_, stride,
+                   [&](int64_t page, int slot) { return pool_.ik_row(layer, page, slot); });
 }
 
 }  // namespace m3

@@ -66,6 +66,8 @@ class PagedKV : public KVView {
 
  private:
   template <class RowFn>
+  const uint16_t* bf16_rows(int64_t lo, KVDtype dt, int dim, int64_t* stride, RowFn row) const;
+  template <class RowFn>
   const float* decode_rows(int64_t lo, int64_t n, KVDtype dt, int dim, float* scratch, int64_t* stride,
                            RowFn row) const;
 

@@ -225,16 +225,10 @@ void attention_batch(const ModelConfig& cfg, int layer, const AttnSeq* seqs, int
       // max-pooled per block (= page).
       if (s.ibuf.size() < size_t(chunk) * ID) s.ibuf.resize(size_t(chunk) * ID);
       const int64_t lo = c * chunk, n = std::min<int64_t>(pos, lo + chunk - 1) - lo + 1;
-      int64_t st;
       const float* iqr = iq + row * int64_t(cfg.index_heads) * ID;
       float* m = scores.data() + score_off[row] + c * G;
       for (int g = 0; g < G; ++g) m[g] = kNegInf;
-      if (const uint16_t* ikb = kv.ik_rows_bf16(layer, lo, &st)) {  // BF16 cache: read in place
-        ops.max_dots_bf16(iqr, ID, G, ikb, st, n, ID, m);
-      } else {
-        const float* ik = kv.ik_rows(layer, lo, n, s.ibuf.data(), &st);
-        ops.max_dots(iqr, ID, G, ik, st, n, ID, m);
-      }
+      index_scan_block(kv, layer, lo, n, iqr, ID, G, s.ibuf.data(), m);
     }
 #pragma omp for schedule(dynamic, 1)
     for (int64_t w = 0; w < work; ++w) {
@@ -270,6 +264,18 @@ void attention_batch(const ModelConfig& cfg, int layer, const AttnSeq* seqs, int
                       epoch);
       }
     }
+  }
+}
+
+void index_scan_block(const KVView& kv, int layer, int64_t lo, int64_t n, const float* iq, int ID, int G,
+                      float* ibuf, float* m) {
+  const CpuOps& ops = cpu_ops();
+  int64_t st;
+  if (const uint16_t* ikb = kv.ik_rows_bf16(layer, lo, &st)) {
+    ops.max_dots_bf16(iq, ID, G, ikb, st, n, ID, m);
+  } else {
+    const float* ik = kv.ik_rows(layer, lo, n, ibuf, &st);
+    ops.max_dots(iq, ID, G, ik, st, n, ID, m);
   }
 }
 
