@@ -57,15 +57,21 @@ struct Matrix {
 constexpr int64_t kK = 2048;
 
 // state.range(0): weight kind; range(1): T; range(2): 1 = cold (matrices > LLC), 0 = hot.
+constexpr int64_t kNvfp4Int8 = 100;  // range(0) value: NVFP4 with int8 activations (opt-in path)
+
 void BM_linear(benchmark::State& state) {
-  const auto kind = LinearKind(state.range(0));
+  const bool int8_act = state.range(0) == kNvfp4Int8;
+  const auto kind = int8_act ? LinearKind::NVFP4 : LinearKind(state.range(0));
   const int64_t T = state.range(1);
   const bool cold = state.range(2) != 0;
   const int64_t N = 512;  // 0.5-2 MiB per matrix: stays in L2/L3 when hot
   const int count = cold ? 64 : 1;
   std::vector<Matrix> mats;
   mats.reserve(size_t(count));
-  for (int i = 0; i < count; ++i) mats.emplace_back(kind, N, kK, uint32_t(i + 1));
+  for (int i = 0; i < count; ++i) {
+    mats.emplace_back(kind, N, kK, uint32_t(i + 1));
+    if (int8_act) m3::enable_int8_activations(mats.back().L);
+  }
   std::vector<float> x(size_t(T * kK)), y(size_t(T * N));
   std::mt19937 rng(7);
   std::normal_distribution<float> nd;
@@ -78,13 +84,13 @@ void BM_linear(benchmark::State& state) {
   }
   state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(mats[0].L.bytes()));
   state.counters["threads"] = omp_get_max_threads();
-  state.SetLabel(std::string(m3::linear_kind_name(kind)) + (cold ? " cold" : " hot") + " isa=" + m3::cpu_ops().name);
+  state.SetLabel(std::string(m3::linear_kind_name(kind)) + (int8_act ? " int8-act" : "") + (cold ? " cold" : " hot") + " isa=" + m3::cpu_ops().name);
 }
 
 void kinds(benchmark::internal::Benchmark* b) {
-  for (auto k : {LinearKind::BF16, LinearKind::MXFP8, LinearKind::NVFP4})
+  for (int64_t k : {int64_t(LinearKind::BF16), int64_t(LinearKind::MXFP8), int64_t(LinearKind::NVFP4), kNvfp4Int8})
     for (int64_t T : {1, 8})
-      for (int cold : {0, 1}) b->Args({int64_t(k), T, cold});
+      for (int cold : {0, 1}) b->Args({k, T, cold});
 }
 BENCHMARK(BM_linear)->Apply(kinds)->UseRealTime();
 

@@ -203,10 +203,12 @@ void run_roofline(const RooflineOptions& o) {
               o.probe_mib);
   std::printf("  FMA peak:              %.2f GFLOP/s  (12 independent 8-wide FMA chains per thread)\n", lim.fma_gflops);
 
-  Model model(o.model_dir);
+  Model model(o.model_dir, o.model);
   const ModelConfig& c = model.config();
   const Weights& W = model.weights();
   std::printf("model: %s\n  %s\n", o.model_dir.c_str(), c.summary().c_str());
+  if (o.model.nvfp4_int8_activations)
+    std::printf("  NVFP4 activations: int8 per 128 in %d matrices (not bit-exact)\n", model.int8_activation_matrices());
   std::printf("  weights %.1f MB, active per decoded token %.1f MB\n", W.total_bytes() / 1e6, W.active_bytes_per_token() / 1e6);
 
   std::mt19937 rng(1);

@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <string>
 
+#include "model/model.h"
+
 namespace m3::bench {
 
 struct RooflineOptions {
@@ -16,6 +18,7 @@ struct RooflineOptions {
   double probe_mib = 512;  // bandwidth probe buffer
   std::string kv_cache_dtype = "auto";    // the paged cache's K/V dtype (as `serve --kv-cache-dtype`)
   std::string indexer_kv_dtype = "auto";  // index keys (as `serve --attention-config indexer_kv_dtype`)
+  ModelOptions model;                     // as `serve --nvfp4-activations`
 };
 
 // Machine limits from the probes.

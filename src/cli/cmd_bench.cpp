@@ -6,6 +6,7 @@
 #include <string>
 
 #include "bench/roofline.h"
+#include "cli/model_flags.h"
 #include "bench/serve_bench.h"
 #include "cli/commands.h"
 #include "formats/error.h"
@@ -73,7 +74,12 @@ void register_bench(CLI::App& app) {
       ->capture_default_str();
   r->add_option("--indexer-kv-dtype", ro->indexer_kv_dtype, "Index-key cache dtype: auto (bf16), bf16, fp8, nvfp4, fp32")
       ->capture_default_str();
-  r->callback([ro] { bench::run_roofline(*ro); });
+  auto rflags = std::make_shared<ModelFlags>();
+  add_model_flags(r, *rflags);
+  r->callback([ro, rflags] {
+    ro->model = rflags->options();
+    bench::run_roofline(*ro);
+  });
 }
 
 }  // namespace m3::cli

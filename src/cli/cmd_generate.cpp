@@ -42,7 +42,9 @@ void run_single(Opts& o) {
   o.sp.ignore_eos = o.ignore_eos_flag;
   o.sp.validate();
   const EngineConfig ec = o.engine.resolve();
-  Model model(o.model);
+  Model model(o.model, o.engine.model.options());
+  if (const std::string d = describe_model_flags(o.engine.model, model); !d.empty())
+    std::fprintf(stderr, "[m3serve] %s\n", d.c_str());
   const ModelConfig& c = model.config();
   Tokenizer tok = Tokenizer::from_dir(o.model);
   std::vector<int32_t> ids = tok.encode(o.prompt, !o.no_special);
@@ -94,7 +96,9 @@ void run_single(Opts& o) {
 void run_batch(Opts& o) {
   if (o.output.empty()) throw Error("--input needs --output FILE.jsonl");
   const EngineConfig ec = o.engine.resolve();
-  Model model(o.model);
+  Model model(o.model, o.engine.model.options());
+  if (const std::string d = describe_model_flags(o.engine.model, model); !d.empty())
+    std::fprintf(stderr, "[m3serve] %s\n", d.c_str());
   Tokenizer tok = Tokenizer::from_dir(o.model);
   std::ifstream in(o.input);
   if (!in) throw Error(o.input + ": cannot open");

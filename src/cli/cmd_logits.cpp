@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/model_flags.h"
 #include "formats/error.h"
 #include "model/model.h"
 
@@ -36,6 +37,7 @@ void register_logits(CLI::App& app) {
   struct Opts {
     std::string model, tokens, out, attention = "sparse";
     bool decode = false;
+    ModelFlags model_flags;
   };
   auto o = std::make_shared<Opts>();
   sub->add_option("--model", o->model, "Checkpoint directory (config.json + safetensors)")->required();
@@ -44,8 +46,11 @@ void register_logits(CLI::App& app) {
   sub->add_flag("--decode", o->decode, "Feed the tokens one at a time through the cache instead of one prefill");
   sub->add_option("--attention", o->attention, "sparse (the model), oracle (dense with MSA mask), dense (ignore MSA)")
       ->check(CLI::IsMember({"sparse", "oracle", "dense"}));
+  add_model_flags(sub, o->model_flags);
   sub->callback([o] {
-    Model model(o->model);
+    Model model(o->model, o->model_flags.options());
+    if (const std::string d = describe_model_flags(o->model_flags, model); !d.empty())
+      std::fprintf(stderr, "[m3serve] %s\n", d.c_str());
     const auto ids = read_token_file(o->tokens);
     if (ids.empty()) throw Error(o->tokens + ": no token ids");
     const int64_t V = model.config().vocab, n = int64_t(ids.size());

@@ -152,7 +152,9 @@ void run_serve(ServeOpts& o, CLI::App* sub) {
   ctx.enable_auto_tool_choice = o.enable_auto_tool_choice;
 
   const EngineConfig ec = o.engine.resolve();
-  Model model(dir);
+  Model model(dir, o.engine.model.options());
+  if (const std::string d = describe_model_flags(o.engine.model, model); !d.empty())
+    std::fprintf(stderr, "[m3serve] %s\n", d.c_str());
   Tokenizer tok = Tokenizer::from_dir(dir);
   Engine engine(model, &tok, ec);
 

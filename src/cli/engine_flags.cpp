@@ -24,6 +24,7 @@ void add_engine_flags(CLI::App* app, EngineFlags& f) {
   app->add_option("--speculative-config", f.speculative_config,
                   "JSON, e.g. '{\"method\":\"dspark\",\"num_speculative_tokens\":7,"
                   "\"draft_sample_method\":\"probabilistic\",\"rejection_sample_method\":\"block\"}'");
+  add_model_flags(app, f.model);
 }
 
 EngineConfig EngineFlags::resolve() const {

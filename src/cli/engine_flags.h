@@ -4,6 +4,7 @@
 #include <memory>
 #include <string>
 
+#include "cli/model_flags.h"
 #include "engine/engine.h"
 
 namespace m3::cli {
@@ -14,6 +15,7 @@ struct EngineFlags {
   std::string speculative_config;  // JSON, vLLM's keys (method dspark)
   bool no_prefix_caching = false;
   bool prefix_caching = false;
+  ModelFlags model;  // load-time model flags (registered with the engine flags)
   // Applies the parsed flags to cfg (call after parsing). Throws m3::Error on bad values.
   EngineConfig resolve() const;
 };

@@ -13,8 +13,9 @@
 
 namespace m3 {
 
-Model::Model(const std::string& dir) : cfg_(ModelConfig::from_dir(dir)) {
+Model::Model(const std::string& dir, const ModelOptions& opt) : cfg_(ModelConfig::from_dir(dir)) {
   weights_ = std::make_unique<Weights>(cfg_);
+  if (opt.nvfp4_int8_activations) int8_matrices_ = weights_->enable_int8_activations();
 }
 
 void Model::ensure_workspace(int64_t T) {

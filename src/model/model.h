@@ -28,9 +28,18 @@ struct BatchItem {
   int64_t logits_from = 0;
 };
 
+// Load-time choices that change how the weights are multiplied (not what they are).
+struct ModelOptions {
+  // NVFP4 matmuls with int8 activations (faster on CPUs, not exact; see kernels/cpu/linear.h).
+  bool nvfp4_int8_activations = false;
+};
+
 class Model {
  public:
-  explicit Model(const std::string& dir);
+  explicit Model(const std::string& dir, const ModelOptions& opt = {});
+
+  // Matrices switched to int8 activations at load (0 unless ModelOptions asked and NVFP4 exists).
+  int int8_activation_matrices() const { return int8_matrices_; }
 
   const ModelConfig& config() const { return cfg_; }
   const Weights& weights() const { return *weights_; }
@@ -63,6 +72,7 @@ class Model {
   std::vector<int64_t> pos_, item_of_;
   std::vector<AttnSeq> seqs_;
   std::vector<int> tap_layers_;
+  int int8_matrices_ = 0;
 };
 
 // Row `tok` of the embedding table as fp32 (BF16 / F16 / F32 tables).

@@ -105,4 +105,22 @@ Weights::Weights(const ModelConfig& cfg) {
   }
 }
 
+int Weights::enable_int8_activations() {
+  int n = 0;
+  auto one = [&](Linear& W) { n += m3::enable_int8_activations(W) ? 1 : 0; };
+  auto mlp = [&](ExpertWeights& X) {
+    one(X.gate);
+    one(X.up);
+    one(X.down);
+  };
+  one(lm_head_);
+  for (LayerWeights& L : layers_) {
+    for (Linear* W : {&L.attn.q, &L.attn.k, &L.attn.v, &L.attn.o, &L.attn.index_q, &L.attn.index_k}) one(*W);
+    mlp(L.mlp);
+    mlp(L.shared);
+    for (ExpertWeights& X : L.experts) mlp(X);
+  }
+  return n;
+}
+
 }  // namespace m3

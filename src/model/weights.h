@@ -53,6 +53,10 @@ class Weights {
   double active_bytes_per_token() const { return active_bytes_; }
   double total_bytes() const { return total_bytes_; }
 
+  // Switches every NVFP4 matrix whose K is a multiple of 128 to int8 activations (the opt-in,
+  // inexact fast path, see kernels/cpu/linear.h); returns how many matrices switched.
+  int enable_int8_activations();
+
  private:
   std::unique_ptr<TensorStore> store_;
   const TensorView* embed_ = nullptr;

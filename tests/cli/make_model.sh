@@ -60,4 +60,17 @@ b=$("$BIN" generate --model "$TMP/ds" --prompt "hello world" --max-tokens 24 --t
   --speculative-config '{"method":"dspark","num_speculative_tokens":5}' 2>"$TMP/ds.err")
 [ "$a" = "$b" ] || fail "greedy output differs with the random draft"
 grep -q "acceptance length" "$TMP/ds.err" || fail "no speculative summary: $(cat "$TMP/ds.err")"
+
+# --nvfp4-activations int8 (opt-in int8 activations): reported on an NVFP4 checkpoint, "no effect" on
+# a BF16 one; a bad value is rejected naming the flag.
+"$BIN" generate --model "$TMP/m31.a" --prompt "hello" --max-tokens 4 --temperature 0 --nvfp4-activations int8 \
+  >/dev/null 2>"$TMP/i8.err" || fail "generate --nvfp4-activations int8: $(cat "$TMP/i8.err")"
+grep -q "NVFP4 matrices use int8 activations" "$TMP/i8.err" || fail "int8 activations not reported: $(cat "$TMP/i8.err")"
+"$BIN" generate --model "$TMP/m3-bf16.a" --prompt "hello" --max-tokens 2 --nvfp4-activations int8 \
+  >/dev/null 2>"$TMP/i8b.err" || fail "int8 on a BF16 checkpoint failed"
+grep -q "no effect" "$TMP/i8b.err" || fail "int8 on a BF16 checkpoint: no notice"
+if "$BIN" generate --model "$TMP/m31.a" --prompt "hello" --nvfp4-activations int4 >/dev/null 2>"$TMP/i8c.err"; then
+  fail "--nvfp4-activations int4 accepted"
+fi
+grep -q "nvfp4-activations" "$TMP/i8c.err" || fail "bad --nvfp4-activations: message does not name the flag"
 echo "make_model.sh: OK"

@@ -4,6 +4,9 @@
 // top-1 agreement on positions with route_margin >= 1e-4 and block_margin >= 1e-3.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+
 #include "golden_compare.h"
 #include "model/model.h"
 
@@ -63,5 +66,65 @@ INSTANTIATE_TEST_SUITE_P(All, GoldenLogits,
                                          GoldenCase{"m31-tiny", 16, true}, GoldenCase{"m31-tiny", 3000, false},
                                          GoldenCase{"m31-tiny", 3000, true}),
                          case_name);
+
+}  // namespace
+
+// The opt-in int8-activation path (`--nvfp4-activations int8`) on the M3.1 golden model, whose
+// routed experts are NVFP4. Measured on these 16 positions: max-abs 0.022-0.031 up to the first
+// routing near-tie (position 5, route_margin 8.8e-4, where the int8 rounding picks the other expert
+// and the logits move by 1.35; later positions see it through attention), median per-position
+// max-abs 0.055, top-1 agreement 16/16. (On the 3000-token file: median 0.030, p90 0.041, top-1
+// 97.6%, 99.1% where the reference top-1 gap exceeds 0.1.) The golden README expects errors of order
+// 1e-2 and near-tie flips from dynamic activation quantisation. The bounds below keep about 1.6x
+// margin over those figures. Prefill and token-by-token decode stay bit-identical (each token's
+// activations are quantised on their own).
+namespace {
+
+TEST(GoldenLogitsInt8Act, M31CloseToReferenceAndBatchInvariant) {
+  const std::string data = std::string(M3_TEST_DATA) + "/golden/m31-tiny";
+  m3::ModelOptions mo;
+  mo.nvfp4_int8_activations = true;
+  m3::Model model(m3test::golden_model_dir("m31-tiny"), mo);
+  EXPECT_GT(model.int8_activation_matrices(), 0);
+  const int n = 16;
+  const auto tokens = m3test::read_tokens(data + "/tokens_16.txt");
+  const auto ref = m3test::read_f32(data + "/logits/numpy.16.f32");
+  const auto margins = m3test::read_margins(data + "/logits/margins.16.tsv");
+  const int64_t V = model.config().vocab;
+  std::vector<float> pre(ref.size()), dec(ref.size());
+  m3::SeqCache c1 = model.new_cache(n), c2 = model.new_cache(n);
+  m3::ForwardOptions fo;
+  fo.all_logits = true;
+  model.forward(tokens.data(), n, c1, pre.data(), fo);
+  fo.all_logits = false;
+  for (int t = 0; t < n; ++t) model.forward(&tokens[t], 1, c2, dec.data() + int64_t(t) * V, fo);
+  for (size_t i = 0; i < pre.size(); ++i) ASSERT_EQ(pre[i], dec[i]) << "prefill and decode differ at " << i;
+  int first_tie = n;
+  for (int t = 0; t < n; ++t)
+    if (margins.route[size_t(t)] < 1e-3) {
+      first_tie = t;
+      break;
+    }
+  ASSERT_GE(first_tie, 3);  // the clean prefix the first bound is about
+  std::vector<double> err(static_cast<size_t>(n));
+  int top1 = 0;
+  for (int t = 0; t < n; ++t) {
+    const float* g = pre.data() + int64_t(t) * V;
+    const float* r = ref.data() + int64_t(t) * V;
+    for (int64_t v = 0; v < V; ++v) err[size_t(t)] = std::max(err[size_t(t)], double(std::fabs(g[v] - r[v])));
+    top1 += std::max_element(g, g + V) - g == std::max_element(r, r + V) - r;
+    if (t < first_tie) {
+      EXPECT_LE(err[size_t(t)], 0.05) << "position " << t;
+    }
+  }
+  std::vector<double> sorted = err;
+  std::sort(sorted.begin(), sorted.end());
+  std::printf("[m31-tiny int8 activations] max-abs before the first routing near-tie %.3g, median %.3g, max %.3g, "
+              "top-1 %d/%d\n", *std::max_element(err.begin(), err.begin() + first_tie), sorted[size_t(n / 2)],
+              sorted.back(), top1, n);
+  EXPECT_LE(sorted[size_t(n / 2)], 0.09);
+  EXPECT_EQ(top1, n);
+  EXPECT_GT(sorted.back(), 1e-3);  // really the inexact path, not the exact one
+}
 
 }  // namespace

@@ -123,6 +123,81 @@ INSTANTIATE_TEST_SUITE_P(Formats, KernelsIsa,
                          testing::Values(m3::LinearKind::F32, m3::LinearKind::BF16, m3::LinearKind::MXFP8,
                                          m3::LinearKind::NVFP4));
 
+// NVFP4 with int8 activations (the opt-in path): every ISA computes the same documented arithmetic
+// bit for bit, whatever the number of tokens in the step; the result is the exact dot product of the
+// int8-rounded activations with the weights (up to fp32 rounding), and its distance from the exact
+// fp32 result stays within the rounding bound (half a quantisation step per element).
+TEST(KernelsIsaInt8Act, IsasAgreeAndErrorWithinQuantisationBound) {
+  std::mt19937 rng(11);
+  const int64_t N = 37, K = 384, T = 5;
+  Mat m = make_matrix(m3::LinearKind::NVFP4, N, K, rng);
+  ASSERT_TRUE(m3::enable_int8_activations(m.lin));
+  std::vector<float> x(T * K);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  for (auto& v : x) v = nd(rng) * (1.f + 4.f * float(rng() % 2));  // blocks of unequal magnitude
+  std::vector<float> wf(N * K);
+  m3::linear_decode_rows(m.lin, 0, N, wf.data());
+  // Reference: the quantised activations (round half to even of x * 127 / amax, per 16) in double.
+  std::vector<double> ref_q(T * N), ref_exact(T * N), bound(T * N), mag(T * N);
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t n = 0; n < N; ++n) {
+      double sq = 0, se = 0, b = 0, mg = 0;
+      for (int64_t g = 0; g < K / 16; ++g) {
+        float amax = 0;
+        for (int64_t e = 0; e < 16; ++e) amax = std::max(amax, std::fabs(x[t * K + g * 16 + e]));
+        const float id = 127.0f / amax, xs = amax / 127.0f;
+        for (int64_t e = 0; e < 16; ++e) {
+          const int64_t k = g * 16 + e;
+          const double w = wf[n * K + k], xv = x[t * K + k];
+          sq += double(std::nearbyint(float(xv) * id)) * double(xs) * w;
+          se += xv * w;
+          b += 0.5 * double(xs) * std::fabs(w);
+          mg += std::fabs(xv * w);
+        }
+      }
+      ref_q[t * N + n] = sq;
+      ref_exact[t * N + n] = se;
+      bound[t * N + n] = b;
+      mag[t * N + n] = mg;
+    }
+  std::vector<float> first;
+  for (const char* isa : {"generic", "avx2", "avx512"}) {
+    const m3::CpuOps* ops = m3::cpu_ops_for(isa);
+    if (!ops) continue;
+    std::vector<float> y(T * N), scratch(m3::kLinearTileRows * K);
+    ops->linear_rows(m.lin, x.data(), T, y.data(), 0, N, scratch.data());
+    for (int64_t i = 0; i < T * N; ++i) {
+      EXPECT_NEAR(y[i], ref_q[i], 1e-5 * mag[i]) << isa << " " << i;
+      EXPECT_LE(std::fabs(y[i] - ref_exact[i]), bound[i] * 1.001 + 1e-5 * mag[i]) << isa << " " << i;
+    }
+    if (first.empty()) first = y;
+    for (int64_t i = 0; i < T * N; ++i) EXPECT_EQ(y[i], first[i]) << isa << " differs from generic at " << i;
+    for (int64_t t = 0; t < T; ++t) {  // the decode step's fused kernel: the same bits
+      std::vector<float> y1(N);
+      ops->linear_rows(m.lin, x.data() + t * K, 1, y1.data(), 0, N, scratch.data());
+      for (int64_t n = 0; n < N; ++n) EXPECT_EQ(y1[n], y[t * N + n]) << isa << " row " << n << " token " << t;
+    }
+  }
+  std::vector<float> y2(T * N);
+  m3::linear_forward(m.lin, x.data(), T, y2.data());
+  for (int64_t i = 0; i < T * N; ++i) EXPECT_EQ(y2[i], first[i]);
+  // Not exact: the path must actually differ from the fp32 one somewhere.
+  double diff = 0;
+  for (int64_t i = 0; i < T * N; ++i) diff = std::max(diff, std::fabs(first[i] - ref_exact[i]) / mag[i]);
+  EXPECT_GT(diff, 1e-5);
+}
+
+TEST(KernelsIsaInt8Act, OnlyNvfp4WithWholeGroups) {
+  std::mt19937 rng(12);
+  Mat a = make_matrix(m3::LinearKind::NVFP4, 8, 144, rng);  // 144 % 128 != 0
+  EXPECT_FALSE(m3::enable_int8_activations(a.lin));
+  EXPECT_FALSE(a.lin.act_int8);
+  Mat b = make_matrix(m3::LinearKind::MXFP8, 8, 128, rng);
+  EXPECT_FALSE(m3::enable_int8_activations(b.lin));
+  Mat c = make_matrix(m3::LinearKind::NVFP4, 8, 256, rng);
+  EXPECT_TRUE(m3::enable_int8_activations(c.lin));
+}
+
 }  // namespace
 
 // The attention kernels (MSA index scan and one online-softmax key block) of every ISA build agree

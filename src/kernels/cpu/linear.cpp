@@ -37,6 +37,12 @@ size_t Linear::bytes() const {
   return 0;
 }
 
+bool enable_int8_activations(Linear& W) {
+  if (W.kind != LinearKind::NVFP4 || W.K % 128 != 0) return false;
+  W.act_int8 = true;
+  return true;
+}
+
 void linear_forward(const Linear& W, const float* x, int64_t T, float* y) {
   const CpuOps& ops = cpu_ops();
   const int64_t N = W.N;

@@ -17,12 +17,19 @@ struct Linear {
   const uint8_t* w = nullptr;       // elements (row-major [N, K] or packed [N, K/2])
   const uint8_t* scales = nullptr;  // MXFP8: E8M0 [N, K/32]; NVFP4: E4M3 [N, K/16]
   float global_div = 1.0f;          // NVFP4 compressed-tensors weight_global_scale (a divisor)
+  // NVFP4 only, opt-in: activations rounded to int8 per 128 elements for the integer dot products
+  // (linear_nvfp4_q8.inc; faster, not exact). Requires K % 128 == 0 (see enable_int8_activations).
+  bool act_int8 = false;
   std::string name;
 
   bool empty() const { return kind == LinearKind::None; }
   size_t bytes() const;  // bytes read for one full pass over the matrix
   size_t row_bytes() const { return N ? bytes() / size_t(N) : 0; }
 };
+
+// Switches an NVFP4 matrix to int8 activations when its K is a multiple of 128; returns whether it
+// did (other formats and shapes keep the exact path).
+bool enable_int8_activations(Linear& W);
 
 // y[T, N] = x[T, K] · Wᵀ, rows of W split over the OpenMP threads.
 void linear_forward(const Linear& W, const float* x, int64_t T, float* y);
