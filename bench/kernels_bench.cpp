@@ -84,13 +84,16 @@ void BM_linear(benchmark::State& state) {
   }
   state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(mats[0].L.bytes()));
   state.counters["threads"] = omp_get_max_threads();
+  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * double(N) * double(kK) * double(T) * double(state.iterations()),
+                                                 benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
   state.SetLabel(std::string(m3::linear_kind_name(kind)) + (int8_act ? " int8-act" : "") + (cold ? " cold" : " hot") + " isa=" + m3::cpu_ops().name);
 }
 
 void kinds(benchmark::internal::Benchmark* b) {
   for (int64_t k : {int64_t(LinearKind::BF16), int64_t(LinearKind::MXFP8), int64_t(LinearKind::NVFP4), kNvfp4Int8})
-    for (int64_t T : {1, 8})
-      for (int cold : {0, 1}) b->Args({k, T, cold});
+    for (int64_t T : {1, 8, 128})
+      for (int cold : {0, 1})
+        if (T < 128 || !cold) b->Args({k, T, cold});  // T = 128: a prefill chunk (compute-bound)
 }
 BENCHMARK(BM_linear)->Apply(kinds)->UseRealTime();
 
