@@ -10,6 +10,8 @@
 #include <cstdint>
 #include <limits>
 #include <random>
+#include <regex>
+#include <string>
 #include <vector>
 
 #include "kernels/cpu/dispatch.h"
@@ -161,7 +163,7 @@ BENCHMARK(BM_attn_block)->Arg(128)->Arg(512);
 // range(1): 0 = fp32 SeqCache, 1 = the engine's paged BF16 cache (read in place).
 void BM_attention_decode(benchmark::State& state) {
   const int64_t ctx = state.range(0);
-  const m3::ModelConfig c = m3::ModelConfig::from_json_text(R"({"architectures": ["MiniMaxM3SparseForCausalLM"],
+  const char* config_json = R"({"architectures": ["MiniMaxM3SparseForCausalLM"],
     "model_type": "minimax_m3", "hidden_size": 2048, "intermediate_size": 512, "num_hidden_layers": 1,
     "num_attention_heads": 16, "num_key_value_heads": 4, "head_dim": 128, "vocab_size": 32768,
     "max_position_embeddings": 1048576, "rms_norm_eps": 1e-06, "rope_theta": 5000000, "rotary_dim": 64,
@@ -171,7 +173,10 @@ void BM_attention_decode(benchmark::State& state) {
     "swiglu_limit": 7.0, "routed_scaling_factor": 2.0, "torch_dtype": "bfloat16",
     "sparse_attention_config": {"use_sparse_attention": true, "sparse_index_dim": 128, "sparse_num_index_heads": 4,
       "sparse_topk_blocks": 16, "sparse_block_size": 128, "sparse_disable_index_value": [1], "sparse_score_type": "max",
-      "sparse_init_block": 1, "sparse_local_block": 1, "sparse_attention_freq": [1]}})", "kernels_bench");
+      "sparse_init_block": 1, "sparse_local_block": 1, "sparse_attention_freq": [SPARSE]}})";
+  const bool dense = state.range(2) != 0;  // a dense layer (M3's layer 0): every key is read
+  const std::string json = std::regex_replace(config_json, std::regex("SPARSE"), dense ? "0" : "1");
+  const m3::ModelConfig c = m3::ModelConfig::from_json_text(json, "kernels_bench");
   const bool paged = state.range(1) != 0;
   m3::SeqCache seq_cache(c, paged ? 1 : ctx + 1);
   const int B = 128;
@@ -199,12 +204,18 @@ void BM_attention_decode(benchmark::State& state) {
     m3::attention_batch(c, 0, &seq, 1, q.data(), iq.data(), m3::AttentionPath::Sparse, out.data());
     benchmark::DoNotOptimize(out.data());
   }
-  const int64_t keys = std::min<int64_t>(ctx + 1, 16 * 128);
-  const int64_t idx = ctx + 1 > 16 * 128 ? ctx + 1 : 0;
+  const int64_t keys = dense ? ctx + 1 : std::min<int64_t>(ctx + 1, 16 * 128);
+  const int64_t idx = !dense && ctx + 1 > 16 * 128 ? ctx + 1 : 0;
   state.SetBytesProcessed(int64_t(state.iterations()) * (keys * kvw * 2 + idx * c.index_dim) * (paged ? 2 : 4));
-  state.SetLabel(paged ? "paged BF16 cache (serve default)" : "fp32 SeqCache");
+  state.SetLabel(std::string(paged ? "paged BF16 cache (serve default)" : "fp32 SeqCache") + (dense ? ", dense layer" : ""));
 }
-BENCHMARK(BM_attention_decode)->Args({512, 0})->Args({16384, 0})->Args({512, 1})->Args({16384, 1})->UseRealTime();
+BENCHMARK(BM_attention_decode)
+    ->Args({512, 0, 0})
+    ->Args({16384, 0, 0})
+    ->Args({512, 1, 0})
+    ->Args({16384, 1, 0})
+    ->Args({16384, 1, 1})
+    ->UseRealTime();
 
 }  // namespace
 
