@@ -19,6 +19,7 @@
 #include "model/attention.h"
 #include "model/config.h"
 #include "model/kv_cache.h"
+#include "engine/kv_format.h"
 #include "engine/kv_pool.h"
 
 namespace {
@@ -99,6 +100,22 @@ void kinds(benchmark::internal::Benchmark* b) {
 }
 BENCHMARK(BM_linear)->Apply(kinds)->UseRealTime();
 
+// The mid preset's lm_head: one BF16 matrix of 32768 x 2048 (134 MB, larger than the last-level
+// cache), one token: the largest single read of a decode step.
+void BM_lm_head(benchmark::State& state) {
+  Matrix m(LinearKind::BF16, 32768, kK, 9);
+  std::vector<float> x(static_cast<size_t>(kK)), y(32768);
+  std::mt19937 rng(7);
+  std::normal_distribution<float> nd;
+  for (auto& v : x) v = nd(rng);
+  for (auto _ : state) {
+    m3::linear_forward(m.L, x.data(), 1, y.data());
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(m.L.bytes()));
+}
+BENCHMARK(BM_lm_head)->UseRealTime();
+
 // Plain read bandwidth over the same cold footprint (the ceiling for the cold rows above).
 void BM_read_bandwidth(benchmark::State& state) {
   std::vector<float> buf(size_t(64) << 20);  // 64 Mi floats = 256 MiB
@@ -160,7 +177,8 @@ BENCHMARK(BM_attn_block)->Arg(128)->Arg(512);
 // 4 index heads x 128, MSA blocks of 128, top-16), all threads: the index scan, block selection
 // and block-sparse attention over a random cache. range(0): context length (512: every block
 // visible; 16384: scan of 128 blocks + 16 selected; K/V then exceed the last-level cache);
-// range(1): 0 = fp32 SeqCache, 1 = the engine's paged BF16 cache (read in place).
+// range(1): 0 = fp32 SeqCache, 1 = the engine's paged BF16 cache (read in place), 2 = paged NVFP4 K/V and
+// index keys (the recipe's --kv-cache-dtype nvfp4 / indexer_kv_dtype nvfp4); range(2): 1 = a dense layer.
 void BM_attention_decode(benchmark::State& state) {
   const int64_t ctx = state.range(0);
   const char* config_json = R"({"architectures": ["MiniMaxM3SparseForCausalLM"],
@@ -177,12 +195,13 @@ void BM_attention_decode(benchmark::State& state) {
   const bool dense = state.range(2) != 0;  // a dense layer (M3's layer 0): every key is read
   const std::string json = std::regex_replace(config_json, std::regex("SPARSE"), dense ? "0" : "1");
   const m3::ModelConfig c = m3::ModelConfig::from_json_text(json, "kernels_bench");
-  const bool paged = state.range(1) != 0;
+  const bool paged = state.range(1) != 0, nvfp4 = state.range(1) == 2;
+  const m3::KVDtype kvd = nvfp4 ? m3::KVDtype::NVFP4 : m3::KVDtype::BF16;
   m3::SeqCache seq_cache(c, paged ? 1 : ctx + 1);
   const int B = 128;
   std::vector<int32_t> table(size_t((ctx + 1 + B - 1) / B));
   for (size_t i = 0; i < table.size(); ++i) table[i] = int32_t(i);
-  m3::KVPool pool(c, B, m3::KVDtype::BF16, m3::KVDtype::BF16, paged ? int64_t(table.size()) : 1);
+  m3::KVPool pool(c, B, kvd, kvd, paged ? int64_t(table.size()) : 1);
   m3::PagedKV paged_cache(pool, table, ctx + 1);
   m3::KVView& cache = paged ? static_cast<m3::KVView&>(paged_cache) : static_cast<m3::KVView&>(seq_cache);
   std::mt19937 rng(5);
@@ -206,8 +225,10 @@ void BM_attention_decode(benchmark::State& state) {
   }
   const int64_t keys = dense ? ctx + 1 : std::min<int64_t>(ctx + 1, 16 * 128);
   const int64_t idx = !dense && ctx + 1 > 16 * 128 ? ctx + 1 : 0;
-  state.SetBytesProcessed(int64_t(state.iterations()) * (keys * kvw * 2 + idx * c.index_dim) * (paged ? 2 : 4));
-  state.SetLabel(std::string(paged ? "paged BF16 cache (serve default)" : "fp32 SeqCache") + (dense ? ", dense layer" : ""));
+  const double row_bytes = nvfp4 ? double(m3::kv_row_bytes(kvd, c.head_dim)) / c.head_dim : paged ? 2.0 : 4.0;
+  state.SetBytesProcessed(int64_t(double(state.iterations()) * double(keys * kvw * 2 + idx * c.index_dim) * row_bytes));
+  state.SetLabel(std::string(nvfp4 ? "paged NVFP4 cache (recipe)" : paged ? "paged BF16 cache (serve default)" : "fp32 SeqCache") +
+                 (dense ? ", dense layer" : ""));
 }
 BENCHMARK(BM_attention_decode)
     ->Args({512, 0, 0})
@@ -215,6 +236,7 @@ BENCHMARK(BM_attention_decode)
     ->Args({512, 1, 0})
     ->Args({16384, 1, 0})
     ->Args({16384, 1, 1})
+    ->Args({16384, 2, 0})
     ->UseRealTime();
 
 }  // namespace

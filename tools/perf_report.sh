@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Issue-6 performance figures on the `mid` shapes, reproducibly: builds the two mid models (m31 =
 # MXFP8 + NVFP4, m3-mxfp8) if missing, runs `bench roofline` at context 512 and 16384 RUNS times each
-# (interleaved, so machine noise hits both alike) and prints best and median decode times, the 16K/512
-# ratios and the prefill rate; then serves the m31 model and runs `bench serve` (random 1024 in / 128 out)
-# at concurrency 1, 8 and 32 (server and roofline with OMP_WAIT_POLICY=active unless set). Not part of
-# `make test` (about 15 minutes on 2 cores).
-# Usage: tools/perf_report.sh [m3serve] [workdir]   (RUNS=3, SERVE=0 skips bench serve, PORT=8011)
+# (m31 with exact and with int8 NVFP4 activations; interleaved, so machine noise hits all alike) and
+# prints best and median decode times, the 16K/512 ratios and the prefill rate; then serves the m31 model
+# and runs `bench serve` (random 1024 in / 128 out) at concurrency 1, 8 and 32 (server and roofline with
+# OMP_WAIT_POLICY=active unless set). Not part of `make test` (about 20 minutes on 2 cores).
+# Usage: tools/perf_report.sh [m3serve] [workdir]
+#   (RUNS=3, RUNS=0 skips the roofline runs, SERVE=0 skips bench serve, SERVE_ACT=int8 serves with
+#    --nvfp4-activations int8, PORT=8011)
 set -euo pipefail
 BIN=$(realpath "${1:-build/m3serve}")
 WORK=${2:-/tmp/m3perf}
@@ -23,25 +25,34 @@ decode_ms() { sed -n '/^DECODE/,/tokens\/s/p' "$1" | awk '/^whole step/ {print $
 prefill_tps() { sed -n '/^PREFILL/,$p' "$1" | awk '/-> / {print $2}'; }
 stats() { sort -g | awk '{v[NR]=$1} END {printf "%s %s\n", v[1], v[int((NR+1)/2)]}'; }  # best median
 
+# Variants: layout, NVFP4 activation mode (int8 = the opt-in --nvfp4-activations int8; m3-mxfp8 has no
+# NVFP4 matrix, so only fp32 applies there).
+VARIANTS="m31:fp32 m31:int8 m3-mxfp8:fp32"
+[ "$RUNS" = 0 ] && VARIANTS=""
 for i in $(seq 1 "$RUNS"); do
-  for layout in m31 m3-mxfp8; do
-    "$BIN" bench roofline --model "$WORK/mid-$layout" --context 512 --repeats 5 >"$WORK/roof.$layout.512.$i.txt"
-    "$BIN" bench roofline --model "$WORK/mid-$layout" --context 16384 --prefill 16 --repeats 5 >"$WORK/roof.$layout.16k.$i.txt"
+  for v in $VARIANTS; do
+    layout=${v%%:*} act=${v##*:}
+    "$BIN" bench roofline --model "$WORK/mid-$layout" --context 512 --repeats 5 --nvfp4-activations "$act" \
+      >"$WORK/roof.$layout.$act.512.$i.txt"
+    "$BIN" bench roofline --model "$WORK/mid-$layout" --context 16384 --prefill 16 --repeats 5 \
+      --nvfp4-activations "$act" >"$WORK/roof.$layout.$act.16k.$i.txt"
   done
 done
 
-printf "\n%-9s %-26s %-26s %-22s %s\n" layout "decode 512 ms best/median" "decode 16K ms best/median" "16K/512 best/median" "prefill 512 tok/s best"
-for layout in m31 m3-mxfp8; do
-  read -r b512 m512 < <(for f in "$WORK"/roof.$layout.512.*.txt; do decode_ms "$f"; done | stats)
-  read -r b16 m16 < <(for f in "$WORK"/roof.$layout.16k.*.txt; do decode_ms "$f"; done | stats)
-  pf=$(for f in "$WORK"/roof.$layout.512.*.txt; do prefill_tps "$f"; done | sort -gr | head -1)
-  printf "%-9s %-26s %-26s %-22s %s\n" "$layout" "$b512 / $m512" "$b16 / $m16" \
+printf "\n%-14s %-26s %-26s %-22s %s\n" variant "decode 512 ms best/median" "decode 16K ms best/median" "16K/512 best/median" "prefill 512 tok/s best"
+for v in $VARIANTS; do
+  layout=${v%%:*} act=${v##*:}
+  read -r b512 m512 < <(for f in "$WORK"/roof.$layout.$act.512.*.txt; do decode_ms "$f"; done | stats)
+  read -r b16 m16 < <(for f in "$WORK"/roof.$layout.$act.16k.*.txt; do decode_ms "$f"; done | stats)
+  pf=$(for f in "$WORK"/roof.$layout.$act.512.*.txt; do prefill_tps "$f"; done | sort -gr | head -1)
+  printf "%-14s %-26s %-26s %-22s %s\n" "$layout $act" "$b512 / $m512" "$b16 / $m16" \
     "$(awk -v a="$b512" -v b="$b16" -v c="$m512" -v d="$m16" 'BEGIN {printf "%.2f / %.2f", a/b, c/d}')" "$pf"
 done
 echo "full reports: $WORK/roof.*.txt"
 
 [ "${SERVE:-1}" = 0 ] && exit 0
-"$BIN" serve "$WORK/mid-m31" --kv-cache-memory 4 --max-model-len 4096 --port "$PORT" >"$WORK/serve.log" 2>&1 &
+"$BIN" serve "$WORK/mid-m31" --kv-cache-memory 4 --max-model-len 4096 --port "$PORT" \
+  --nvfp4-activations "${SERVE_ACT:-fp32}" >"$WORK/serve.log" 2>&1 &
 SERVER=$!
 trap 'kill $SERVER 2>/dev/null || true' EXIT
 for _ in $(seq 1 120); do curl -sf "http://127.0.0.1:$PORT/v1/models" >/dev/null && break; sleep 1; done

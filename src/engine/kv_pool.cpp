@@ -102,4 +102,17 @@ const uint16_t* PagedKV::ik_rows_bf16(int layer, int64_t lo, int64_t* stride) co
                    [&](int64_t page, int slot) { return pool_.ik_row(layer, page, slot); });
 }
 
+const uint8_t* PagedKV::ik_rows_quantised(int layer, int64_t lo, int64_t* stride_bytes, int* kind) const {
+  const KVDtype dt = pool_.ik_dtype();
+  if (dt != KVDtype::FP8 && dt != KVDtype::NVFP4) return nullptr;
+  const int B = pool_.block_size();
+  const int64_t page = table_[lo / B];
+  const int slot = int(lo % B);
+  const uint8_t* first = pool_.ik_row(layer, page, slot);
+  // Rows of a page are contiguous (group-major pages); the stride is one row's bytes.
+  *stride_bytes = int64_t(kv_row_bytes(dt, index_dim_));
+  *kind = int(dt == KVDtype::FP8 ? KvRowKind::FP8 : KvRowKind::NVFP4);
+  return first;
+}
+
 }  // namespace m3

@@ -63,6 +63,7 @@ class PagedKV : public KVView {
   const uint16_t* k_rows_bf16(int layer, int g, int64_t lo, int64_t* stride) const override;
   const uint16_t* v_rows_bf16(int layer, int g, int64_t lo, int64_t* stride) const override;
   const uint16_t* ik_rows_bf16(int layer, int64_t lo, int64_t* stride) const override;
+  const uint8_t* ik_rows_quantised(int layer, int64_t lo, int64_t* stride_bytes, int* kind) const override;
 
  private:
   template <class RowFn>

@@ -273,6 +273,8 @@ void index_scan_block(const KVView& kv, int layer, int64_t lo, int64_t n, const 
   int64_t st;
   if (const uint16_t* ikb = kv.ik_rows_bf16(layer, lo, &st)) {
     ops.max_dots_bf16(iq, ID, G, ikb, st, n, ID, m);
+  } else if (int kind; const uint8_t* ikq = kv.ik_rows_quantised(layer, lo, &st, &kind)) {
+    ops.max_dots_rows(kind, iq, ID, G, ikq, st, n, ID, m);
   } else {
     const float* ik = kv.ik_rows(layer, lo, n, ibuf, &st);
     ops.max_dots(iq, ID, G, ik, st, n, ID, m);

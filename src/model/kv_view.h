@@ -30,6 +30,11 @@ class KVView {
   virtual const uint16_t* k_rows_bf16(int layer, int g, int64_t lo, int64_t* stride) const { return nullptr; }
   virtual const uint16_t* v_rows_bf16(int layer, int g, int64_t lo, int64_t* stride) const { return nullptr; }
   virtual const uint16_t* ik_rows_bf16(int layer, int64_t lo, int64_t* stride) const { return nullptr; }
+  // Index keys stored as FP8 or NVFP4 (scale 1), for the fused scan: the address of row lo, the
+  // row stride in bytes and the row kind (a KvRowKind value); nullptr when stored otherwise.
+  virtual const uint8_t* ik_rows_quantised(int layer, int64_t lo, int64_t* stride_bytes, int* kind) const {
+    return nullptr;
+  }
   // n index-key rows (scratch: n * index_dim floats).
   virtual const float* ik_rows(int layer, int64_t lo, int64_t n, float* scratch, int64_t* stride) const = 0;
 };

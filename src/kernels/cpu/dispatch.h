@@ -30,6 +30,10 @@ struct CpuOps {
   // n cache rows of `dim` elements (stride_bytes apart) decoded to fp32 [n, dim], exactly as
   // engine/kv_format's kv_decode_row with scale 1 (BF16, FP8 E4M3, NVFP4 with per-16 E4M3 scales).
   void (*decode_kv_rows)(int kind, const uint8_t* src, int64_t stride_bytes, int64_t n, int dim, float* out);
+  // The index scan (as max_dots) over n quantised cache rows of `kind` (FP8 or NVFP4, scale 1) read in
+  // place, stride_bytes apart; equals max_dots over the rows decode_kv_rows writes, bit for bit.
+  void (*max_dots_rows)(int kind, const float* q, int64_t qs, int H, const uint8_t* k, int64_t stride_bytes,
+                        int64_t n, int D, float* m);
 };
 
 constexpr int kLinearTileRows = 4;
