@@ -6,8 +6,8 @@
 # and runs `bench serve` (random 1024 in / 128 out) at concurrency 1, 8 and 32 (server and roofline with
 # OMP_WAIT_POLICY=active unless set). Not part of `make test` (about 20 minutes on 2 cores).
 # Usage: tools/perf_report.sh [m3serve] [workdir]
-#   (RUNS=3, RUNS=0 skips the roofline runs, SERVE=0 skips bench serve, SERVE_ACT=int8 serves with
-#    --nvfp4-activations int8, PORT=8011)
+#   (RUNS=3, RUNS=0 skips the roofline runs, LONG=1 adds decode after a real 16K-token prompt, SERVE=0
+#    skips bench serve, SERVE_ACT=int8 serves with --nvfp4-activations int8, PORT=8011)
 set -euo pipefail
 BIN=$(realpath "${1:-build/m3serve}")
 WORK=${2:-/tmp/m3perf}
@@ -49,6 +49,27 @@ for v in $VARIANTS; do
     "$(awk -v a="$b512" -v b="$b16" -v c="$m512" -v d="$m16" 'BEGIN {printf "%.2f / %.2f", a/b, c/d}')" "$pf"
 done
 echo "full reports: $WORK/roof.*.txt"
+
+# LONG=1: decode through the engine after a real 16K-token prompt and after a 504-token one (m31, exact
+# and int8; about 6 minutes): deterministic word salad, cut to 22,487 and 700 characters (16304 and 504
+# tokens with the mid preset's tokenizer).
+if [ "${LONG:-0}" = 1 ]; then
+  python3 - "$WORK" <<'PY'
+import random, sys
+random.seed(1)
+w = "alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike november oscar papa quebec romeo sierra tango uniform victor whiskey xray yankee zulu".split()
+t = " ".join(random.choice(w) + str(random.randint(0, 99)) for _ in range(6000))
+open(sys.argv[1] + "/long.txt", "w").write(t[:22487])
+open(sys.argv[1] + "/short.txt", "w").write(t[:700])
+PY
+  for act in int8 fp32; do
+    for p in short long; do
+      echo "m31 $act, $p prompt:"
+      "$BIN" generate --model "$WORK/mid-m31" --prompt "$(cat "$WORK/$p.txt")" --max-tokens 64 --ignore-eos \
+        --kv-cache-memory 2 --nvfp4-activations "$act" 2>&1 >/dev/null | grep "prompt"
+    done
+  done
+fi
 
 [ "${SERVE:-1}" = 0 ] && exit 0
 "$BIN" serve "$WORK/mid-m31" --kv-cache-memory 4 --max-model-len 4096 --port "$PORT" \
