@@ -208,7 +208,9 @@ void run_roofline(const RooflineOptions& o) {
   const Weights& W = model.weights();
   std::printf("model: %s\n  %s\n", o.model_dir.c_str(), c.summary().c_str());
   if (o.model.nvfp4_int8_activations)
-    std::printf("  NVFP4 activations: int8 per 128 in %d matrices (not bit-exact)\n", model.int8_activation_matrices());
+    std::printf("  NVFP4 activations: int8 (per-16 scales) in %d matrices, not bit-exact; their integer\n"
+                "  multiply-adds count as FLOPs against the fp32 FMA peak\n",
+                model.int8_activation_matrices());
   std::printf("  weights %.1f MB, active per decoded token %.1f MB\n", W.total_bytes() / 1e6, W.active_bytes_per_token() / 1e6);
 
   std::mt19937 rng(1);

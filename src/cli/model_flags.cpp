@@ -11,7 +11,7 @@ ModelOptions ModelFlags::options() const {
 
 void add_model_flags(CLI::App* app, ModelFlags& f) {
   app->add_option("--nvfp4-activations", f.nvfp4_activations,
-                  "fp32: exact NVFP4 matmuls (default); int8: activations rounded to int8 per 128 elements for "
+                  "fp32: exact NVFP4 matmuls (default); int8: activations rounded to int8 per 16 elements for "
                   "integer dot products (llama.cpp-style Q8; faster decode on CPUs, logits differ slightly)")
       ->check(CLI::IsMember({"fp32", "int8"}))
       ->capture_default_str();
@@ -23,7 +23,7 @@ std::string describe_model_flags(const ModelFlags& f, const Model& m) {
     return "--nvfp4-activations int8: no effect, the checkpoint has no NVFP4 matrix with an input width divisible "
            "by 128";
   return "--nvfp4-activations int8: " + std::to_string(m.int8_activation_matrices()) +
-         " NVFP4 matrices use int8 activations (per-128 scales; not bit-exact with the fp32 path)";
+         " NVFP4 matrices use int8 activations (per-16 scales; not bit-exact with the fp32 path)";
 }
 
 }  // namespace m3::cli

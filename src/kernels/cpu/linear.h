@@ -17,7 +17,7 @@ struct Linear {
   const uint8_t* w = nullptr;       // elements (row-major [N, K] or packed [N, K/2])
   const uint8_t* scales = nullptr;  // MXFP8: E8M0 [N, K/32]; NVFP4: E4M3 [N, K/16]
   float global_div = 1.0f;          // NVFP4 compressed-tensors weight_global_scale (a divisor)
-  // NVFP4 only, opt-in: activations rounded to int8 per 128 elements for the integer dot products
+  // NVFP4 only, opt-in: activations rounded to int8 per 16 elements for the integer dot products
   // (linear_nvfp4_q8.inc; faster, not exact). Requires K % 128 == 0 (see enable_int8_activations).
   bool act_int8 = false;
   std::string name;
