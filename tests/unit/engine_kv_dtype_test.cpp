@@ -86,21 +86,25 @@ INSTANTIATE_TEST_SUITE_P(Dtypes, EngineKvDtype,
 
 namespace {
 
+// The cache dtypes whose rows the kernels decode, with the kernels' row kind.
+struct RowKindCase {
+  m3::KVDtype dt;
+  m3::KvRowKind kind;
+};
+constexpr RowKindCase kRowKinds[] = {{m3::KVDtype::BF16, m3::KvRowKind::BF16},
+                                     {m3::KVDtype::FP8, m3::KvRowKind::FP8},
+                                     {m3::KVDtype::NVFP4, m3::KvRowKind::NVFP4}};
+
 // The vectorised decode of cache rows (every ISA build) equals the reference row decoder exactly,
 // for each quantised dtype, on rows written by the cache's own encoder (widths on and off the
 // vector sizes).
 TEST(EngineKvDecode, VectorDecodeEqualsReferenceRows) {
   std::mt19937 rng(21);
   std::normal_distribution<float> nd(0.f, 3.f);
-  const struct {
-    m3::KVDtype dt;
-    m3::KvRowKind kind;
-  } kinds[] = {{m3::KVDtype::BF16, m3::KvRowKind::BF16}, {m3::KVDtype::FP8, m3::KvRowKind::FP8},
-               {m3::KVDtype::NVFP4, m3::KvRowKind::NVFP4}};
   for (const char* isa : {"generic", "avx2", "avx512"}) {
     const m3::CpuOps* ops = m3::cpu_ops_for(isa);
     if (!ops) continue;
-    for (const auto& k : kinds)
+    for (const auto& k : kRowKinds)
       for (int dim : {128, 48, 16}) {
         const int64_t n = 7;
         const size_t rb = m3::kv_row_bytes(k.dt, dim);
@@ -120,28 +124,21 @@ TEST(EngineKvDecode, VectorDecodeEqualsReferenceRows) {
   }
 }
 
-}  // namespace
-
 // The index scan over FP8 / NVFP4 index keys read in place (the recipe's indexer_kv_dtype) equals the
 // scan over the rows decode_kv_rows writes, bit for bit, in every ISA, for head counts on and off
 // the 4-head tile and key counts with tails.
-namespace {
-
 TEST(EngineKvDecode, QuantisedIndexScanEqualsDecodedScan) {
   std::mt19937 rng(23);
   std::normal_distribution<float> nd(0.f, 2.f);
-  const struct {
-    m3::KVDtype dt;
-    m3::KvRowKind kind;
-  } kinds[] = {{m3::KVDtype::FP8, m3::KvRowKind::FP8}, {m3::KVDtype::NVFP4, m3::KvRowKind::NVFP4}};
   int fused_checked = 0;
   for (const char* isa : {"generic", "avx2", "avx512"}) {
     const m3::CpuOps* ops = m3::cpu_ops_for(isa);
     if (!ops) continue;
-    for (const auto& k : kinds)
+    for (const auto& k : kRowKinds)
       for (int D : {128, 64, 48})
         for (int H : {4, 8, 3})
           for (int64_t n : {1, 2, 7, 128}) {
+            if (k.dt == m3::KVDtype::BF16) continue;  // BF16 keys are scanned in place by max_dots_bf16
             const size_t rb = m3::kv_row_bytes(k.dt, D);
             std::vector<uint8_t> rows(rb * size_t(n));
             std::vector<float> x(static_cast<size_t>(D)), dec(size_t(n) * size_t(D)), q(size_t(H) * size_t(D));
