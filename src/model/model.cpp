@@ -102,13 +102,17 @@ void Model::forward_batch(const BatchItem* items, int nitems, float* logits, Att
   for (int l = 0; l < c.n_layers; ++l) {
     const LayerWeights& L = weights_->layer(l);
     const bool sparse = c.sparse_layer[l];
-    // Attention block: projections over all rows, per-head norm + RoPE, cache append.
+    // Attention block: projections over all rows, per-head norm + RoPE, cache append. The per-token
+    // loops run on all threads when the step has several tokens (each token's arithmetic is the same
+    // either way; speed: serial loops left the other thread idle for several % of a prefill).
+#pragma omp parallel for schedule(static) if (T > 1)
     for (int64_t t = 0; t < T; ++t) rms_norm(x + t * H, L.input_norm.data(), H, c.rms_eps, a + t * H);
     // The projections that read the same normed input share one parallel region.
     const int64_t ID = c.index_dim, IW = int64_t(c.index_heads) * ID;
     const LinearJob proj[5] = {{&L.attn.q, a, T, q}, {&L.attn.k, a, T, k}, {&L.attn.v, a, T, v},
                                {&L.attn.index_q, a, T, iq_.data()}, {&L.attn.index_k, a, T, ik_.data()}};
     linear_forward_many(proj, sparse ? 5 : 3);
+#pragma omp parallel for schedule(static) if (T > 1)
     for (int64_t t = 0; t < T; ++t) {
       const float *cs = &rope_cos_[t * half], *sn = &rope_sin_[t * half];
       for (int h = 0; h < c.n_heads; ++h) {
@@ -121,27 +125,34 @@ void Model::forward_batch(const BatchItem* items, int nitems, float* logits, Att
         rms_norm(kh, L.attn.k_norm.data(), D, c.rms_eps, kh);
         rope_apply(kh, c.rotary_dim, cs, sn);
       }
-      float* ikt = nullptr;
       if (sparse) {
         for (int g = 0; g < c.index_heads; ++g) {
           float* iqh = iq_.data() + t * IW + g * ID;
           rms_norm(iqh, L.attn.index_q_norm.data(), ID, c.rms_eps, iqh);
           rope_apply(iqh, c.rotary_dim, cs, sn);
         }
-        ikt = ik_.data() + t * ID;
+        float* ikt = ik_.data() + t * ID;
         rms_norm(ikt, L.attn.index_k_norm.data(), ID, c.rms_eps, ikt);
         rope_apply(ikt, c.rotary_dim, cs, sn);
       }
-      items[item_of_[t]].kv->store(l, pos_[t], k + t * KW, v + t * KW, ikt);
     }
+    // Cache appends stay serial (a KVView is not required to take concurrent stores).
+    for (int64_t t = 0; t < T; ++t)
+      items[item_of_[t]].kv->store(l, pos_[t], k + t * KW, v + t * KW, sparse ? ik_.data() + t * ID : nullptr);
     attention_batch(c, l, seqs_.data(), nitems, q, sparse ? iq_.data() : nullptr, path, att_.data());
     linear_forward(L.attn.o, att_.data(), T, tmp_.data());
-    for (int64_t i = 0; i < T * H; ++i) x[i] += tmp_[i];
+    const float* o = tmp_.data();
+    // Residual add and FFN norm, per token.
+#pragma omp parallel for schedule(static) if (T > 1)
+    for (int64_t t = 0; t < T; ++t) {
+      for (int64_t i = t * H; i < (t + 1) * H; ++i) x[i] += o[i];
+      rms_norm(x + t * H, L.post_attn_norm.data(), H, c.rms_eps, a + t * H);
+    }
 
     // FFN block.
-    for (int64_t t = 0; t < T; ++t) rms_norm(x + t * H, L.post_attn_norm.data(), H, c.rms_eps, a + t * H);
     ffn_forward(c, L, c.moe_layer[l], a, T, tmp_.data());
-    for (int64_t i = 0; i < T * H; ++i) x[i] += tmp_[i];
+#pragma omp parallel for schedule(static) if (T > 1)
+    for (int64_t i = 0; i < T * H; ++i) x[i] += o[i];
     if (taps) {
       const int64_t TW = int64_t(tap_layers_.size()) * H;
       for (size_t i = 0; i < tap_layers_.size(); ++i)

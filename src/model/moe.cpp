@@ -68,13 +68,19 @@ void ffn_forward(const ModelConfig& cfg, const LayerWeights& L, bool moe, const 
   thread_local std::vector<int32_t> ex;
   thread_local std::vector<float> wt, xin, yout;
   thread_local std::vector<std::vector<std::pair<int64_t, float>>> members;
+  thread_local std::vector<int64_t> slot;  // [T * K]: the token's index in members[expert]
   ex.resize(size_t(T * K));
+  slot.resize(size_t(T * K));
   wt.resize(size_t(T * K));
   moe_route(cfg, L, m, T, {ex.data(), wt.data()});
   members.resize(E);
   for (auto& v : members) v.clear();
   for (int64_t t = 0; t < T; ++t)
-    for (int i = 0; i < K; ++i) members[ex[t * K + i]].push_back({t, wt[t * K + i]});
+    for (int i = 0; i < K; ++i) {
+      auto& mem = members[ex[t * K + i]];
+      slot[t * K + i] = int64_t(mem.size());
+      mem.push_back({t, wt[t * K + i]});
+    }
   // All active experts (and the shared one) run together: one parallel region for every gate/up
   // product, one for every down product, threads over experts x rows.
   thread_local std::vector<LinearJob> jobs;
@@ -124,15 +130,32 @@ void ffn_forward(const ModelConfig& cfg, const LayerWeights& L, bool moe, const 
     if (!members[e].empty())
       jobs.push_back({&L.experts[e].down, hg.data() + h_off[e], int64_t(members[e].size()), yout.data() + y_off[e]});
   linear_forward_many(jobs.data(), int(jobs.size()));
-  // Shared expert (weight 1) first, then each routed expert in ascending order.
+  // Shared expert (weight 1) first, then each routed expert in ascending order, token by token (the
+  // tokens on all threads when the step has several).
   if (!L.has_shared) std::fill(y, y + T * H, 0.f);
-  for (int e = 0; e < E; ++e) {
-    const auto& mem = members[e];
-    const int64_t n = int64_t(mem.size());
-    for (int64_t i = 0; i < n; ++i) {
-      float* dst = y + mem[i].first * H;
-      const float w = mem[i].second;
-      const float* src = yout.data() + y_off[e] + i * H;
+  // Plain pointers into the thread_local buffers: inside the parallel region a thread_local name
+  // would name each worker's own, empty, instance.
+  const int32_t* exd = ex.data();
+  const float* wtd = wt.data();
+  const int64_t* slotd = slot.data();
+  const float* youtd = yout.data();
+  const int64_t* y_offd = y_off.data();
+#pragma omp parallel for schedule(static) if (T > 1)
+  for (int64_t t = 0; t < T; ++t) {
+    int small[64];  // the token's K choices by ascending expert id (no allocation for K <= 64)
+    std::vector<int> large;
+    int* order = small;
+    if (K > 64) {
+      large.resize(size_t(K));
+      order = large.data();
+    }
+    for (int i = 0; i < K; ++i) order[i] = i;
+    std::sort(order, order + K, [&](int a, int b) { return exd[t * K + a] < exd[t * K + b]; });
+    float* dst = y + t * H;
+    for (int j = 0; j < K; ++j) {
+      const int i = order[j], e = exd[t * K + i];
+      const float w = wtd[t * K + i];
+      const float* src = youtd + y_offd[e] + slotd[t * K + i] * H;
       for (int64_t h = 0; h < H; ++h) dst[h] += w * src[h];
     }
   }

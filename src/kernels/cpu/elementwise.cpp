@@ -33,6 +33,8 @@ void rope_apply(float* x, int rotary_dim, const float* c, const float* s) {
 }
 
 void swiglu_oai(const float* g, const float* u, int64_t n, float alpha, float limit, float beta, float* y) {
+  // Element-wise, so splitting over threads changes nothing but the speed of prefill-sized calls.
+#pragma omp parallel for schedule(static) if (n >= 65536)
   for (int64_t i = 0; i < n; ++i) {
     const float gg = std::min(g[i], limit);
     const float uu = std::clamp(u[i], -limit, limit);
