@@ -47,6 +47,13 @@ void PagedKV::store(int layer, int64_t pos, const float* k, const float* v, cons
 }
 
 // Decodes n rows starting at position lo (all in one page) of a lane into scratch.
+namespace {
+// The kernels' name for a quantised cache dtype's row encoding.
+KvRowKind row_kind(KVDtype dt) {
+  return dt == KVDtype::BF16 ? KvRowKind::BF16 : dt == KVDtype::FP8 ? KvRowKind::FP8 : KvRowKind::NVFP4;
+}
+}  // namespace
+
 template <class RowFn>
 const float* PagedKV::decode_rows(int64_t lo, int64_t n, KVDtype dt, int dim, float* scratch, int64_t* stride,
                                   RowFn row) const {
@@ -57,9 +64,8 @@ const float* PagedKV::decode_rows(int64_t lo, int64_t n, KVDtype dt, int dim, fl
   // fp32 rows of one page are contiguous (group-major pages): read in place.
   if (dt == KVDtype::F32) return reinterpret_cast<const float*>(row(page, slot));
   // The rows are contiguous too: one vectorised decode over the run.
-  const KvRowKind kind = dt == KVDtype::BF16 ? KvRowKind::BF16 : dt == KVDtype::FP8 ? KvRowKind::FP8 : KvRowKind::NVFP4;
   const uint8_t* first = row(page, slot);
-  cpu_ops().decode_kv_rows(int(kind), first, n > 1 ? row(page, slot + 1) - first : 0, n, dim, scratch);
+  cpu_ops().decode_kv_rows(int(row_kind(dt)), first, n > 1 ? row(page, slot + 1) - first : 0, n, dim, scratch);
   return scratch;
 }
 
@@ -106,13 +112,10 @@ const uint8_t* PagedKV::ik_rows_quantised(int layer, int64_t lo, int64_t* stride
   const KVDtype dt = pool_.ik_dtype();
   if (dt != KVDtype::FP8 && dt != KVDtype::NVFP4) return nullptr;
   const int B = pool_.block_size();
-  const int64_t page = table_[lo / B];
-  const int slot = int(lo % B);
-  const uint8_t* first = pool_.ik_row(layer, page, slot);
   // Rows of a page are contiguous (group-major pages); the stride is one row's bytes.
   *stride_bytes = int64_t(kv_row_bytes(dt, index_dim_));
-  *kind = int(dt == KVDtype::FP8 ? KvRowKind::FP8 : KvRowKind::NVFP4);
-  return first;
+  *kind = int(row_kind(dt));
+  return pool_.ik_row(layer, table_[lo / B], int(lo % B));
 }
 
 }  // namespace m3

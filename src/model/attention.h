@@ -30,8 +30,8 @@ void attention_batch(const ModelConfig& cfg, int layer, const AttnSeq* seqs, int
                      const float* iq, AttentionPath path, float* out);
 
 // The MSA index scan of one block: m[g] = max(m[g], iq_g · k_j) over the index keys j in [lo, lo+n)
-// of one page, for the G groups' index queries (iq_g = iq + g*ID). A BF16 cache is read in place;
-// other dtypes are decoded into ibuf (n * ID floats).
+// of one page, for the G groups' index queries (iq_g = iq + g*ID). BF16, FP8 and NVFP4 index keys
+// are read in place; other caches are read through ik_rows (decoded into ibuf, n * ID floats).
 void index_scan_block(const KVView& kv, int layer, int64_t lo, int64_t n, const float* iq, int ID, int G,
                       float* ibuf, float* m);
 

@@ -141,18 +141,18 @@ void Model::forward_batch(const BatchItem* items, int nitems, float* logits, Att
       items[item_of_[t]].kv->store(l, pos_[t], k + t * KW, v + t * KW, sparse ? ik_.data() + t * ID : nullptr);
     attention_batch(c, l, seqs_.data(), nitems, q, sparse ? iq_.data() : nullptr, path, att_.data());
     linear_forward(L.attn.o, att_.data(), T, tmp_.data());
-    const float* o = tmp_.data();
+    const float* tmp = tmp_.data();  // the attention output, then the FFN's
     // Residual add and FFN norm, per token.
 #pragma omp parallel for schedule(static) if (T > 1)
     for (int64_t t = 0; t < T; ++t) {
-      for (int64_t i = t * H; i < (t + 1) * H; ++i) x[i] += o[i];
+      for (int64_t i = t * H; i < (t + 1) * H; ++i) x[i] += tmp[i];
       rms_norm(x + t * H, L.post_attn_norm.data(), H, c.rms_eps, a + t * H);
     }
 
     // FFN block.
     ffn_forward(c, L, c.moe_layer[l], a, T, tmp_.data());
 #pragma omp parallel for schedule(static) if (T > 1)
-    for (int64_t i = 0; i < T * H; ++i) x[i] += o[i];
+    for (int64_t i = 0; i < T * H; ++i) x[i] += tmp[i];
     if (taps) {
       const int64_t TW = int64_t(tap_layers_.size()) * H;
       for (size_t i = 0; i < tap_layers_.size(); ++i)
