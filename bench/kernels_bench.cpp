@@ -54,6 +54,7 @@ struct Matrix {
     L.w = w.data();
     L.scales = s.empty() ? nullptr : s.data();
     L.global_div = 1.0f;
+    m3::set_scale_range(L);
   }
 };
 

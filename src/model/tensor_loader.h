@@ -114,6 +114,7 @@ class TensorLoader {
       L.kind = LinearKind::MXFP8;
       L.w = w.data;
       L.scales = s.data;
+      set_scale_range(L);
       return L;
     }
     if (w.dtype == DType::F8_E4M3)

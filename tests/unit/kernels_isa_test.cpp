@@ -61,6 +61,7 @@ Mat make_matrix(m3::LinearKind kind, int64_t N, int64_t K, std::mt19937& rng) {
   }
   m.lin.w = m.w.data();
   m.lin.scales = m.s.empty() ? nullptr : m.s.data();
+  m3::set_scale_range(m.lin);
   return m;
 }
 
@@ -122,6 +123,80 @@ TEST_P(KernelsIsa, AllIsasMatchReference) {
 INSTANTIATE_TEST_SUITE_P(Formats, KernelsIsa,
                          testing::Values(m3::LinearKind::F32, m3::LinearKind::BF16, m3::LinearKind::MXFP8,
                                          m3::LinearKind::NVFP4));
+
+// The MXFP8 decode step applies the block scales to copies of x (one per scale code) when that is
+// exact: the decision follows the exponent range of x and of the codes, and on either side of it the
+// one-token result equals the batched path's bit for bit (near overflow, near the subnormal range,
+// with inf / NaN activations, and for a matrix whose codes span too many values).
+TEST(KernelsIsaMxfp8, PrescaledActivationsExactOrNotTaken) {
+  const int64_t K = 64;
+  std::vector<float> x(K, 1.5f);
+  EXPECT_TRUE(m3::mxfp8_prescale_exact(x.data(), K, 120, 127));
+  x[3] = std::ldexp(1.0f, 127 - 8);  // exponent field 246: times 2^(127 - 119) is 2^127, finite
+  EXPECT_TRUE(m3::mxfp8_prescale_exact(x.data(), K, 120, 127));
+  x[3] = std::ldexp(1.0f, 128 - 8);  // 2^128 would overflow
+  EXPECT_FALSE(m3::mxfp8_prescale_exact(x.data(), K, 120, 127));
+  EXPECT_TRUE(m3::mxfp8_prescale_exact(x.data(), K, 110, 126));
+  x[3] = std::ldexp(1.0f, -126 + 9);  // times 2^(110 - 119) = 2^-126: still normal
+  EXPECT_TRUE(m3::mxfp8_prescale_exact(x.data(), K, 110, 126));
+  x[3] = std::ldexp(1.0f, -126 + 8);  // would become subnormal
+  EXPECT_FALSE(m3::mxfp8_prescale_exact(x.data(), K, 110, 126));
+  x[3] = 0.f;  // zeros never matter
+  EXPECT_TRUE(m3::mxfp8_prescale_exact(x.data(), K, 110, 126));
+  x[3] = std::numeric_limits<float>::infinity();
+  EXPECT_FALSE(m3::mxfp8_prescale_exact(x.data(), K, 110, 126));
+  x[3] = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_FALSE(m3::mxfp8_prescale_exact(x.data(), K, 110, 126));
+  x[3] = std::numeric_limits<float>::denorm_min();  // scaled up: exact
+  EXPECT_TRUE(m3::mxfp8_prescale_exact(x.data(), K, 121, 126));
+  EXPECT_FALSE(m3::mxfp8_prescale_exact(x.data(), K, 119, 126));
+  EXPECT_FALSE(m3::mxfp8_prescale_exact(x.data(), K, 120, 247));  // the table's 2^8 x scale would not fit
+
+  std::mt19937 rng(21);
+  const int64_t N = 12, Kb = 256;
+  Mat m = make_matrix(m3::LinearKind::MXFP8, N, Kb, rng);
+  for (auto& c : m.s) c = uint8_t(c - 10);  // codes 110..123: copies of x scaled by 2^-9 .. 2^4
+  for (int64_t n = 0; n < N; ++n) m.s[n * (Kb / 32)] = 123;  // element 5 meets the largest factor
+  m3::set_scale_range(m.lin);
+  ASSERT_EQ(m.lin.scale_lo, 110);
+  ASSERT_EQ(m.lin.scale_hi, 123);
+  Mat wide = make_matrix(m3::LinearKind::MXFP8, N, Kb, rng);
+  for (size_t i = 0; i < wide.s.size(); i += 7) wide.s[i] = uint8_t(100 + i % 40);  // 40 codes: not taken
+  m3::set_scale_range(wide.lin);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  auto same_bits = [](float a, float b) { return std::memcmp(&a, &b, 4) == 0 || (a != a && b != b); };
+  const float low_bit = 1.0f + std::ldexp(1.0f, -23);  // a mantissa that rounding would change
+  struct Case {
+    const char* what;
+    float x5;
+    bool special;
+  };
+  const Case cases[] = {{"plain", 1.f, false},
+                        {"largest exact", std::ldexp(1.75f, 127 - 4), false},
+                        {"overflowing copy", std::ldexp(1.75f, 128 - 4), false},
+                        {"smallest exact", std::ldexp(low_bit, -126 + 9), false},
+                        {"subnormal copy", std::ldexp(low_bit, -127 + 9), false},
+                        {"inf and NaN", 1.f, true}};
+  for (const char* isa : {"generic", "avx2", "avx512"}) {
+    const m3::CpuOps* ops = m3::cpu_ops_for(isa);
+    if (!ops) continue;
+    for (const Mat* mat : {&m, &wide}) {
+      for (const Case& c : cases) {
+        std::vector<float> xx(2 * Kb);
+        for (int64_t k = 0; k < Kb; ++k) xx[k] = nd(rng) * 1e-3f;
+        xx[5] = c.x5;
+        if (c.special) xx[7] = std::numeric_limits<float>::infinity(), xx[9] = std::nanf("");
+        std::copy(xx.begin(), xx.begin() + Kb, xx.begin() + Kb);  // token 1 = token 0
+        std::vector<float> y2(2 * N), y1(N), scratch(m3::kLinearTileRows * Kb);
+        ops->linear_rows(mat->lin, xx.data(), 2, y2.data(), 0, N, scratch.data());
+        ops->linear_rows(mat->lin, xx.data(), 1, y1.data(), 0, N, scratch.data());
+        for (int64_t n = 0; n < N; ++n)
+          EXPECT_TRUE(same_bits(y1[n], y2[n])) << isa << " " << c.what << " row " << n << ": " << y1[n] << " vs "
+                                               << y2[n] << (mat == &wide ? " (wide codes)" : "");
+      }
+    }
+  }
+}
 
 // NVFP4 with int8 activations (the opt-in path): every ISA computes the same documented arithmetic
 // bit for bit, whatever the number of tokens in the step; the result is the exact dot product of the

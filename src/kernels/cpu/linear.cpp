@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "kernels/cpu/dispatch.h"
@@ -35,6 +36,37 @@ size_t Linear::bytes() const {
     case LinearKind::NVFP4: return n / 2 + n / 16;
   }
   return 0;
+}
+
+void set_scale_range(Linear& W) {
+  if (W.kind != LinearKind::MXFP8 || !W.scales) return;
+  const size_t n = size_t(W.N) * size_t(W.K / 32);
+  uint8_t lo = 255, hi = 0;
+  for (size_t i = 0; i < n; ++i) {
+    lo = std::min(lo, W.scales[i]);
+    hi = std::max(hi, W.scales[i]);
+  }
+  if (n == 0) lo = 0, hi = 255;
+  W.scale_lo = lo;
+  W.scale_hi = hi;
+}
+
+bool mxfp8_prescale_exact(const float* x, int64_t K, int lo, int hi) {
+  if (lo < 0 || hi > 246 || lo > hi) return false;
+  // x * 2^j with j = c - 119 is exact iff the result's exponent field stays in [1, 254] (no overflow,
+  // no rounding to a subnormal; a subnormal x scaled up is exact), so the extreme exponent fields of
+  // the nonzero x decide for every c. Integer loop over the bit patterns (vectorises; no libm).
+  uint32_t emax = 0, emin = 255;
+  for (int64_t k = 0; k < K; ++k) {
+    uint32_t u;
+    std::memcpy(&u, x + k, 4);
+    u &= 0x7fffffffu;
+    const uint32_t e = u >> 23;
+    emax = std::max(emax, e);
+    emin = std::min(emin, u ? e : 255u);
+  }
+  if (emin == 255) return emax < 255;  // all zero (or only inf / NaN, rejected)
+  return emax <= 254 && int(emax) + hi - 119 <= 254 && int(emin) + lo - 119 >= 1;
 }
 
 bool enable_int8_activations(Linear& W) {

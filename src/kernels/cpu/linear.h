@@ -20,12 +20,27 @@ struct Linear {
   // NVFP4 only, opt-in: activations rounded to int8 per 16 elements for the integer dot products
   // (linear_nvfp4_q8.inc; faster, not exact). Requires K % 128 == 0 (see enable_int8_activations).
   bool act_int8 = false;
+  // MXFP8: the smallest and largest E8M0 scale code of the matrix (set_scale_range). The decode
+  // step moves the block scales onto the activations when the range is narrow (kMxfp8PrescaleCodes);
+  // the defaults (0, 255) keep the plain path.
+  uint8_t scale_lo = 0, scale_hi = 255;
   std::string name;
 
   bool empty() const { return kind == LinearKind::None; }
   size_t bytes() const;  // bytes read for one full pass over the matrix
   size_t row_bytes() const { return N ? bytes() / size_t(N) : 0; }
 };
+
+// Records an MXFP8 matrix's scale-code range (scale_lo, scale_hi); other formats are left as they are.
+void set_scale_range(Linear& W);
+
+// MXFP8 decode step: the block scales are applied to the activations (one copy of x per scale code,
+// x * 256 * 2^(code - 127)) instead of to every decoded weight, when the matrix uses at most this many
+// codes, none above 246, and every such copy of x is exact (mxfp8_prescale_exact).
+constexpr int kMxfp8PrescaleCodes = 16;
+// Whether x[0, K) times 2^(c - 119) is exact (no overflow, no result below the normal range, no
+// NaN) for every code c in [lo, hi].
+bool mxfp8_prescale_exact(const float* x, int64_t K, int lo, int hi);
 
 // Switches an NVFP4 matrix to int8 activations when its K is a multiple of 128; returns whether it
 // did (other formats and shapes keep the exact path).
