@@ -26,9 +26,10 @@ KVPool::KVPool(const ModelConfig& cfg, int block_size, KVDtype kv, KVDtype ik, i
   v_.resize(cfg.n_layers);
   ik_.resize(cfg.n_layers);
   for (int l = 0; l < cfg.n_layers; ++l) {
-    k_[l].reset(new uint8_t[slots * cfg.n_kv_heads * kv_row_]);
-    v_[l].reset(new uint8_t[slots * cfg.n_kv_heads * kv_row_]);
-    if (cfg.sparse_layer[l]) ik_[l].reset(new uint8_t[slots * ik_row_]);
+    const std::string what = "KV cache layer " + std::to_string(l);
+    k_[l] = HugePageBuffer(slots * cfg.n_kv_heads * kv_row_, what + " keys");
+    v_[l] = HugePageBuffer(slots * cfg.n_kv_heads * kv_row_, what + " values");
+    if (cfg.sparse_layer[l]) ik_[l] = HugePageBuffer(slots * ik_row_, what + " index keys");
   }
 }
 

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "engine/kv_format.h"
+#include "formats/host_memory.h"
 #include "model/config.h"
 #include "model/kv_view.h"
 
@@ -28,7 +29,7 @@ class KVPool {
 
   uint8_t* k_row(int layer, int64_t page, int slot, int g) { return row(k_, layer, page, slot, g, kv_row_); }
   uint8_t* v_row(int layer, int64_t page, int slot, int g) { return row(v_, layer, page, slot, g, kv_row_); }
-  uint8_t* ik_row(int layer, int64_t page, int slot) { return ik_[layer].get() + ((page * block_size_) + slot) * ik_row_; }
+  uint8_t* ik_row(int layer, int64_t page, int slot) { return ik_[layer].data() + ((page * block_size_) + slot) * ik_row_; }
   const uint8_t* k_row(int layer, int64_t page, int slot, int g) const { return const_cast<KVPool*>(this)->k_row(layer, page, slot, g); }
   const uint8_t* v_row(int layer, int64_t page, int slot, int g) const { return const_cast<KVPool*>(this)->v_row(layer, page, slot, g); }
   const uint8_t* ik_row(int layer, int64_t page, int slot) const { return const_cast<KVPool*>(this)->ik_row(layer, page, slot); }
@@ -36,17 +37,19 @@ class KVPool {
   size_t ik_row_size() const { return ik_row_; }
 
  private:
-  uint8_t* row(std::vector<std::unique_ptr<uint8_t[]>>& lane, int layer, int64_t page, int slot, int g, size_t rb) {
+  uint8_t* row(std::vector<HugePageBuffer>& lane, int layer, int64_t page, int slot, int g, size_t rb) {
     // Group-major inside a page: one KV head's rows of a block are contiguous (read in place or
     // decoded as one stream).
-    return lane[layer].get() + (((page * cfg_.n_kv_heads) + g) * block_size_ + slot) * rb;
+    return lane[layer].data() + (((page * cfg_.n_kv_heads) + g) * block_size_ + slot) * rb;
   }
   ModelConfig cfg_;
   int block_size_;
   KVDtype kv_, ikd_;
   int64_t num_pages_;
   size_t kv_row_, ik_row_;
-  std::vector<std::unique_ptr<uint8_t[]>> k_, v_, ik_;  // per layer, uninitialised (committed lazily)
+  // Per layer, committed lazily, on transparent huge pages where the kernel offers them (attention at
+  // long context walks tens of MB of rows: fewer TLB misses; see formats/host_memory.h).
+  std::vector<HugePageBuffer> k_, v_, ik_;
 };
 
 // One sequence's pages: a KVView over the pool. Positions are logical; page i of the table holds

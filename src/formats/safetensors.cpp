@@ -32,7 +32,29 @@ std::string TensorView::shape_str() const {
   return s + "]";
 }
 
-SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
+namespace {
+
+// The whole file in huge-page-advised memory, made read-only; its page-cache copy is then dropped
+// (advisory: the bytes now live in `buf`).
+void read_into_memory(int fd, const std::string& path, size_t size, HugePageBuffer& buf) {
+  buf = HugePageBuffer(size, path + " (--no-mmap)");
+  uint8_t* dst = buf.data();
+  size_t done = 0;
+  while (done < size) {
+    const ssize_t n = ::pread(fd, dst + done, std::min<size_t>(size - done, size_t(1) << 30), off_t(done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0)
+      throw Error(path + ": cannot read the file into memory at byte " + std::to_string(done) + ": " +
+                  (n < 0 ? std::strerror(errno) : "unexpected end of file"));
+    done += size_t(n);
+  }
+  buf.make_read_only();
+  ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+}
+
+}  // namespace
+
+SafetensorsFile::SafetensorsFile(const std::string& path, WeightMemory mem) : path_(path) {
   const std::string fname = fs::path(path).filename().string();
   int fd = ::open(path.c_str(), O_RDONLY);
   if (fd < 0) throw Error(path + ": cannot open: " + std::strerror(errno));
@@ -47,13 +69,23 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
     throw Error(path + ": truncated file (" + std::to_string(size_) +
                 " bytes; a safetensors file starts with an 8-byte header length)");
   }
-  map_ = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
-  ::close(fd);
-  if (map_ == MAP_FAILED) {
-    map_ = nullptr;
-    throw Error(path + ": mmap failed: " + std::strerror(errno));
+  if (mem == WeightMemory::Ram) {
+    try {
+      read_into_memory(fd, path, size_, ram_);
+    } catch (...) {
+      ::close(fd);
+      throw;
+    }
+    ::close(fd);
+  } else {
+    map_ = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
+    ::close(fd);
+    if (map_ == MAP_FAILED) {
+      map_ = nullptr;
+      throw Error(path + ": mmap failed: " + std::strerror(errno));
+    }
   }
-  const auto* base = static_cast<const uint8_t*>(map_);
+  const auto* base = map_ ? static_cast<const uint8_t*>(map_) : ram_.data();
   uint64_t hlen = 0;
   std::memcpy(&hlen, base, 8);
   if (hlen > size_ - 8) {
@@ -112,7 +144,7 @@ SafetensorsFile::~SafetensorsFile() {
   if (map_) ::munmap(map_, size_);
 }
 
-TensorStore::TensorStore(const std::string& dir) : dir_(dir) {
+TensorStore::TensorStore(const std::string& dir, WeightMemory mem) : dir_(dir) {
   const fs::path d(dir);
   const fs::path index = d / "model.safetensors.index.json";
   std::vector<std::string> shard_names;
@@ -143,7 +175,7 @@ TensorStore::TensorStore(const std::string& dir) : dir_(dir) {
   for (const auto& s : shard_names) {
     const fs::path p = d / s;
     if (!fs::exists(p)) throw Error(p.string() + ": shard named in model.safetensors.index.json does not exist");
-    files_.push_back(std::make_unique<SafetensorsFile>(p.string()));
+    files_.push_back(std::make_unique<SafetensorsFile>(p.string(), mem));
   }
   for (const auto& f : files_) {
     for (const auto& [name, view] : f->tensors()) {
@@ -160,6 +192,12 @@ TensorStore::TensorStore(const std::string& dir) : dir_(dir) {
     if (it->second->file != file)
       throw Error(dir + ": tensor " + name + " is in " + it->second->file + " but the index says " + file);
   }
+}
+
+size_t TensorStore::file_bytes() const {
+  size_t n = 0;
+  for (const auto& f : files_) n += f->size();
+  return n;
 }
 
 const TensorView* TensorStore::find(const std::string& name) const {

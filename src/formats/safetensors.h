@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "formats/dtype.h"
+#include "formats/host_memory.h"
 
 namespace m3 {
 
@@ -26,20 +27,29 @@ struct TensorView {
   std::string shape_str() const;
 };
 
-// One memory-mapped .safetensors file.
+// Where tensor bytes live. Mmap (default): the file is mapped read-only and pages come from the
+// page cache on first touch (fast start, shared between processes). Ram (`--no-mmap`, as in
+// llama.cpp): the file is read once into anonymous memory advised for transparent huge pages, its
+// page-cache copy is dropped, and the memory is made read-only. Same bytes either way; Ram costs a
+// full read at load and pays back in fewer TLB misses when decode streams the weights.
+enum class WeightMemory { Mmap, Ram };
+
+// One .safetensors file, mapped or read into memory (WeightMemory).
 class SafetensorsFile {
  public:
-  explicit SafetensorsFile(const std::string& path);
+  explicit SafetensorsFile(const std::string& path, WeightMemory mem = WeightMemory::Mmap);
   ~SafetensorsFile();
   SafetensorsFile(const SafetensorsFile&) = delete;
   SafetensorsFile& operator=(const SafetensorsFile&) = delete;
 
   const std::string& path() const { return path_; }
+  size_t size() const { return size_; }
   const std::map<std::string, TensorView>& tensors() const { return tensors_; }
 
  private:
   std::string path_;
-  void* map_ = nullptr;
+  void* map_ = nullptr;  // WeightMemory::Mmap: the file mapping
+  HugePageBuffer ram_;   // WeightMemory::Ram: the file's bytes
   size_t size_ = 0;
   std::map<std::string, TensorView> tensors_;
 };
@@ -48,7 +58,7 @@ class SafetensorsFile {
 class TensorStore {
  public:
   // Opens DIR/model.safetensors.index.json if present, else every DIR/*.safetensors file.
-  explicit TensorStore(const std::string& dir);
+  explicit TensorStore(const std::string& dir, WeightMemory mem = WeightMemory::Mmap);
 
   const TensorView* find(const std::string& name) const;
   // Like find, but throws m3::Error naming the tensor when it is missing.
@@ -56,6 +66,8 @@ class TensorStore {
   bool has(const std::string& name) const { return find(name) != nullptr; }
   const std::map<std::string, const TensorView*>& all() const { return index_; }
   const std::string& dir() const { return dir_; }
+  // Bytes of all files (what WeightMemory::Ram copies into memory).
+  size_t file_bytes() const;
 
  private:
   std::string dir_;

@@ -11,8 +11,8 @@
 namespace m3 {
 
 
-Weights::Weights(const ModelConfig& cfg) {
-  store_ = std::make_unique<TensorStore>(cfg.dir);
+Weights::Weights(const ModelConfig& cfg, WeightMemory mem) {
+  store_ = std::make_unique<TensorStore>(cfg.dir, mem);
   TensorLoader ld(*store_);
   std::string pre;
   if (store_->has("language_model.model.embed_tokens.weight")) {

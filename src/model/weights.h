@@ -41,7 +41,7 @@ struct LayerWeights {
 class Weights {
  public:
   // Opens the checkpoint in cfg.dir and validates every tensor. Throws m3::Error.
-  explicit Weights(const ModelConfig& cfg);
+  explicit Weights(const ModelConfig& cfg, WeightMemory mem = WeightMemory::Mmap);
 
   const TensorView& embed() const { return *embed_; }
   const Linear& lm_head() const { return lm_head_; }
@@ -52,6 +52,8 @@ class Weights {
   // + lm_head + one embedding row): the numerator of "achieved GB/s".
   double active_bytes_per_token() const { return active_bytes_; }
   double total_bytes() const { return total_bytes_; }
+  // Bytes of the checkpoint files (read into memory under WeightMemory::Ram).
+  size_t file_bytes() const { return store_->file_bytes(); }
 
   // Switches every NVFP4 matrix whose K is a multiple of 128 to int8 activations (the opt-in,
   // inexact fast path, see kernels/cpu/linear.h); returns how many matrices switched.

@@ -69,6 +69,15 @@ grep -q "NVFP4 matrices use int8 activations" "$TMP/i8.err" || fail "int8 activa
 "$BIN" generate --model "$TMP/m3-bf16.a" --prompt "hello" --max-tokens 2 --nvfp4-activations int8 \
   >/dev/null 2>"$TMP/i8b.err" || fail "int8 on a BF16 checkpoint failed"
 grep -q "no effect" "$TMP/i8b.err" || fail "int8 on a BF16 checkpoint: no notice"
+# --no-mmap reads every shard into memory: bit-identical logits, and a notice with the bytes read.
+echo "1 2 3 4 5 6 7 8 9 10 11 12" >"$TMP/toks.txt"
+"$BIN" logits --model "$TMP/m31s.a" --tokens "$TMP/toks.txt" --out "$TMP/l.mmap" 2>/dev/null || fail "logits (mmap)"
+"$BIN" logits --model "$TMP/m31s.a" --tokens "$TMP/toks.txt" --out "$TMP/l.ram" --no-mmap 2>"$TMP/nm.err" ||
+  fail "logits --no-mmap: $(cat "$TMP/nm.err")"
+[ -s "$TMP/l.ram" ] || fail "logits --no-mmap wrote nothing"
+cmp -s "$TMP/l.mmap" "$TMP/l.ram" || fail "--no-mmap changed the logits"
+grep -Eq "no-mmap: read [0-9.]+ MB of weights into memory" "$TMP/nm.err" || fail "--no-mmap notice: $(cat "$TMP/nm.err")"
+
 if "$BIN" generate --model "$TMP/m31.a" --prompt "hello" --nvfp4-activations int4 >/dev/null 2>"$TMP/i8c.err"; then
   fail "--nvfp4-activations int4 accepted"
 fi

@@ -96,9 +96,24 @@ TEST_F(SafetensorsTest, SingleFileRoundTrip) {
     EXPECT_EQ(v.shape, t.spec.shape);
     EXPECT_EQ(v.file, "model.safetensors");
     ASSERT_EQ(v.nbytes, t.bytes.size());
-    if (v.nbytes) EXPECT_EQ(std::memcmp(v.data, t.bytes.data(), v.nbytes), 0) << t.spec.name;
+    if (v.nbytes) {
+      EXPECT_EQ(std::memcmp(v.data, t.bytes.data(), v.nbytes), 0) << t.spec.name;
+    }
   }
   expect_error([&] { store.get("nope"); }, {"nope"});
+
+  // Read into memory instead of mapped (--no-mmap): the same tensors and bytes.
+  m3::TensorStore ram(dir_.string(), m3::WeightMemory::Ram);
+  EXPECT_EQ(ram.all().size(), ts.size());
+  EXPECT_EQ(ram.file_bytes(), size_t(fs::file_size(p)));
+  for (const auto& t : ts) {
+    const m3::TensorView& v = ram.get(t.spec.name);
+    EXPECT_EQ(v.shape, t.spec.shape);
+    ASSERT_EQ(v.nbytes, t.bytes.size());
+    if (v.nbytes) {
+      EXPECT_EQ(std::memcmp(v.data, t.bytes.data(), v.nbytes), 0) << t.spec.name;
+    }
+  }
 }
 
 TEST_F(SafetensorsTest, ShardedRoundTrip) {

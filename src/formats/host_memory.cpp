@@ -1,0 +1,54 @@
+// Huge-page-advised anonymous memory (see host_memory.h).
+#include "formats/host_memory.h"
+
+#include <sys/mman.h>
+
+#include <cerrno>
+#include <cstring>
+#include <utility>
+
+#include "formats/error.h"
+
+namespace m3 {
+
+namespace {
+constexpr size_t kHugePage = size_t(2) << 20;
+}
+
+HugePageBuffer::HugePageBuffer(size_t bytes, const std::string& what) : n_(bytes) {
+  if (bytes == 0) return;
+  len_ = (bytes + kHugePage - 1) / kHugePage * kHugePage;
+  // Over-reserve by one huge page, then trim both ends so the start is 2 MiB-aligned (only aligned
+  // 2 MiB ranges can be huge pages). MAP_NORESERVE: memory is committed as it is touched.
+  void* raw = ::mmap(nullptr, len_ + kHugePage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                     -1, 0);
+  if (raw == MAP_FAILED)
+    throw Error(what + ": cannot reserve " + std::to_string(bytes) + " bytes of memory: " + std::strerror(errno));
+  uint8_t* r = static_cast<uint8_t*>(raw);
+  uint8_t* start = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(r) + kHugePage - 1) &
+                                              ~uintptr_t(kHugePage - 1));
+  if (start > r) ::munmap(r, size_t(start - r));
+  if (uint8_t* end = r + len_ + kHugePage; end > start + len_) ::munmap(start + len_, size_t(end - (start + len_)));
+  ::madvise(start, len_, MADV_HUGEPAGE);  // advice only: fails harmlessly without THP
+  p_ = start;
+}
+
+HugePageBuffer::~HugePageBuffer() {
+  if (p_) ::munmap(p_, len_);
+}
+
+HugePageBuffer::HugePageBuffer(HugePageBuffer&& o) noexcept
+    : p_(std::exchange(o.p_, nullptr)), n_(std::exchange(o.n_, 0)), len_(std::exchange(o.len_, 0)) {}
+
+HugePageBuffer& HugePageBuffer::operator=(HugePageBuffer&& o) noexcept {
+  std::swap(p_, o.p_);
+  std::swap(n_, o.n_);
+  std::swap(len_, o.len_);
+  return *this;
+}
+
+void HugePageBuffer::make_read_only() {
+  if (p_) ::mprotect(p_, len_, PROT_READ);
+}
+
+}  // namespace m3

@@ -1,0 +1,36 @@
+// Anonymous host memory advised for transparent huge pages: the weights read with --no-mmap and the
+// paged KV pool. Decode streams hundreds of MB per token and long-context attention walks tens of
+// MB of K/V; on 4 KiB pages that is one TLB miss per 4 KiB (expensive in virtual machines), on
+// 2 MiB pages one per 2 MiB. Measured on a 2-core VM: decode +11-16% with the weights on huge pages,
+// block attention over a 16K-token BF16 cache 4-18% faster. Where the kernel has no THP (or it is
+// disabled) the advice is ignored and the memory behaves like any other.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace m3 {
+
+class HugePageBuffer {
+ public:
+  HugePageBuffer() = default;
+  // `bytes` of zeroed, lazily committed memory starting on a 2 MiB boundary; throws m3::Error naming
+  // `what` when the address space cannot be reserved.
+  HugePageBuffer(size_t bytes, const std::string& what);
+  ~HugePageBuffer();
+  HugePageBuffer(HugePageBuffer&& o) noexcept;
+  HugePageBuffer& operator=(HugePageBuffer&& o) noexcept;
+  HugePageBuffer(const HugePageBuffer&) = delete;
+  HugePageBuffer& operator=(const HugePageBuffer&) = delete;
+
+  uint8_t* data() const { return p_; }
+  size_t size() const { return n_; }
+  // Later writes fault (used for weights once they are read).
+  void make_read_only();
+
+ private:
+  uint8_t* p_ = nullptr;
+  size_t n_ = 0, len_ = 0;  // requested bytes, mapped length
+};
+
+}  // namespace m3
