@@ -7,7 +7,8 @@
 # OMP_WAIT_POLICY=active unless set). Not part of `make test` (about 20 minutes on 2 cores).
 # Usage: tools/perf_report.sh [m3serve] [workdir]
 #   (RUNS=3, RUNS=0 skips the roofline runs, LONG=1 adds decode after a real 16K-token prompt, SERVE=0
-#    skips bench serve, SERVE_ACT=int8 serves with --nvfp4-activations int8, PORT=8011)
+#    skips bench serve, SERVE_ACT=int8 serves with --nvfp4-activations int8, SERVE_FLAGS=--no-mmap adds
+#    flags to serve, PORT=8011, VARIANTS="layout:act[:ram] ..." chooses the roofline variants)
 set -euo pipefail
 BIN=$(realpath "${1:-build/m3serve}")
 WORK=${2:-/tmp/m3perf}
@@ -26,26 +27,33 @@ prefill_tps() { sed -n '/^PREFILL/,$p' "$1" | awk '/-> / {print $2}'; }
 stats() { sort -g | awk '{v[NR]=$1} END {printf "%s %s\n", v[1], v[int((NR+1)/2)]}'; }  # best median
 
 # Variants: layout, NVFP4 activation mode (int8 = the opt-in --nvfp4-activations int8; m3-mxfp8 has no
-# NVFP4 matrix, so only fp32 applies there).
-VARIANTS="m31:fp32 m31:int8 m3-mxfp8:fp32"
+# NVFP4 matrix, so only fp32 applies there), and optionally ram (= --no-mmap: weights read into huge pages).
+VARIANTS=${VARIANTS:-"m31:fp32 m31:fp32:ram m31:int8:ram m3-mxfp8:fp32 m3-mxfp8:fp32:ram"}
 [ "$RUNS" = 0 ] && VARIANTS=""
+# parse VARIANT: sets layout, act, mem ("" or "ram"), flags and tag (the report file infix)
+parse() {
+  IFS=: read -r layout act mem <<<"$1"
+  flags=(--nvfp4-activations "$act")
+  [ "$mem" = ram ] && flags+=(--no-mmap)
+  tag="$layout.$act${mem:+.$mem}"
+}
 for i in $(seq 1 "$RUNS"); do
   for v in $VARIANTS; do
-    layout=${v%%:*} act=${v##*:}
-    "$BIN" bench roofline --model "$WORK/mid-$layout" --context 512 --repeats 5 --nvfp4-activations "$act" \
-      >"$WORK/roof.$layout.$act.512.$i.txt"
+    parse "$v"
+    "$BIN" bench roofline --model "$WORK/mid-$layout" --context 512 --repeats 5 "${flags[@]}" \
+      >"$WORK/roof.$tag.512.$i.txt"
     "$BIN" bench roofline --model "$WORK/mid-$layout" --context 16384 --prefill 16 --repeats 5 \
-      --nvfp4-activations "$act" >"$WORK/roof.$layout.$act.16k.$i.txt"
+      "${flags[@]}" >"$WORK/roof.$tag.16k.$i.txt"
   done
 done
 
-printf "\n%-14s %-26s %-26s %-22s %s\n" variant "decode 512 ms best/median" "decode 16K ms best/median" "16K/512 best/median" "prefill 512 tok/s best"
+printf "\n%-18s %-26s %-26s %-22s %s\n" variant "decode 512 ms best/median" "decode 16K ms best/median" "16K/512 best/median" "prefill 512 tok/s best"
 for v in $VARIANTS; do
-  layout=${v%%:*} act=${v##*:}
-  read -r b512 m512 < <(for f in "$WORK"/roof.$layout.$act.512.*.txt; do decode_ms "$f"; done | stats)
-  read -r b16 m16 < <(for f in "$WORK"/roof.$layout.$act.16k.*.txt; do decode_ms "$f"; done | stats)
-  pf=$(for f in "$WORK"/roof.$layout.$act.512.*.txt; do prefill_tps "$f"; done | sort -gr | head -1)
-  printf "%-14s %-26s %-26s %-22s %s\n" "$layout $act" "$b512 / $m512" "$b16 / $m16" \
+  parse "$v"
+  read -r b512 m512 < <(for f in "$WORK"/roof.$tag.512.*.txt; do decode_ms "$f"; done | stats)
+  read -r b16 m16 < <(for f in "$WORK"/roof.$tag.16k.*.txt; do decode_ms "$f"; done | stats)
+  pf=$(for f in "$WORK"/roof.$tag.512.*.txt; do prefill_tps "$f"; done | sort -gr | head -1)
+  printf "%-18s %-26s %-26s %-22s %s\n" "$layout $act $mem" "$b512 / $m512" "$b16 / $m16" \
     "$(awk -v a="$b512" -v b="$b16" -v c="$m512" -v d="$m16" 'BEGIN {printf "%.2f / %.2f", a/b, c/d}')" "$pf"
 done
 echo "full reports: $WORK/roof.*.txt"
@@ -73,7 +81,7 @@ fi
 
 [ "${SERVE:-1}" = 0 ] && exit 0
 "$BIN" serve "$WORK/mid-m31" --kv-cache-memory 4 --max-model-len 4096 --port "$PORT" \
-  --nvfp4-activations "${SERVE_ACT:-fp32}" >"$WORK/serve.log" 2>&1 &
+  --nvfp4-activations "${SERVE_ACT:-fp32}" ${SERVE_FLAGS:-} >"$WORK/serve.log" 2>&1 &
 SERVER=$!
 trap 'kill $SERVER 2>/dev/null || true' EXIT
 for _ in $(seq 1 120); do curl -sf "http://127.0.0.1:$PORT/v1/models" >/dev/null && break; sleep 1; done

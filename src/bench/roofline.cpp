@@ -23,6 +23,7 @@
 #include "engine/kv_format.h"
 #include "engine/kv_pool.h"
 #include "formats/error.h"
+#include "formats/host_memory.h"
 #include "kernels/cpu/dispatch.h"
 #include "kernels/cpu/linear.h"
 #include "model/attention.h"
@@ -145,10 +146,11 @@ MachineLimits measure_limits(double probe_mib, int threads) {
   lim.threads = threads > 0 ? threads : omp_get_max_threads();
   const bool avx2 = have_avx2_fma();
   lim.isa = avx2 ? "avx2+fma" : "scalar";
-  // Streaming read: a buffer far beyond the caches, one contiguous slice per thread, best of 5 passes.
+  // Streaming read: a buffer far beyond the caches, one contiguous slice per thread, best of 5 passes,
+  // on huge pages where the kernel offers them (the machine's limit, not its TLB's).
   const size_t n = size_t(probe_mib * 1024 * 1024 / 4) / 64 * 64;
-  float* buf = static_cast<float*>(std::aligned_alloc(64, n * 4));
-  if (!buf) throw Error("cannot allocate the bandwidth probe buffer");
+  HugePageBuffer mem(n * 4, "the bandwidth probe buffer");
+  float* buf = reinterpret_cast<float*>(mem.data());
 #pragma omp parallel for num_threads(lim.threads) schedule(static)
   for (size_t i = 0; i < n; ++i) buf[i] = float(i & 7) * 0.25f;  // first touch by the reading thread
   double best = 1e300;
@@ -166,7 +168,6 @@ MachineLimits measure_limits(double probe_mib, int threads) {
     g_sink = total;
     if (pass > 0) best = std::min(best, dt);  // pass 0 warms the TLB
   }
-  std::free(buf);
   lim.read_gbs = double(n) * 4 / best / 1e9;
   // FMA peak: every thread runs independent chains; best of 3.
   const int64_t iters = 20'000'000;
@@ -199,7 +200,7 @@ void run_roofline(const RooflineOptions& o) {
   const KVDtype ikd = parse_kv_dtype(o.indexer_kv_dtype, "--indexer-kv-dtype");
   const MachineLimits lim = measure_limits(o.probe_mib, o.threads);
   std::printf("machine: %d threads, probe ISA %s, kernels dispatch to %s\n", lim.threads, lim.isa.c_str(), cpu_ops().name);
-  std::printf("  memory read bandwidth: %.2f GB/s  (streaming read of %.0f MiB, best of 5 passes)\n", lim.read_gbs,
+  std::printf("  memory read bandwidth: %.2f GB/s  (streaming read of %.0f MiB on huge pages, best of 5 passes)\n", lim.read_gbs,
               o.probe_mib);
   std::printf("  FMA peak:              %.2f GFLOP/s  (12 independent 8-wide FMA chains per thread)\n", lim.fma_gflops);
 
@@ -211,7 +212,11 @@ void run_roofline(const RooflineOptions& o) {
     std::printf("  NVFP4 activations: int8 (per-16 scales) in %d matrices, not bit-exact; their integer\n"
                 "  multiply-adds count as FLOPs against the fp32 FMA peak\n",
                 model.int8_activation_matrices());
-  std::printf("  weights %.1f MB, active per decoded token %.1f MB\n", W.total_bytes() / 1e6, W.active_bytes_per_token() / 1e6);
+  std::printf("  weights %.1f MB, active per decoded token %.1f MB, %s\n", W.total_bytes() / 1e6,
+              W.active_bytes_per_token() / 1e6,
+              o.model.weight_memory == WeightMemory::Ram ? "read into huge-page memory (--no-mmap)"
+                                                         : "read from the mapped checkpoint (4 KiB pages; --no-mmap reads "
+                                                           "them into huge-page memory)");
 
   std::mt19937 rng(1);
   std::normal_distribution<float> nd(0.f, 1.f);
