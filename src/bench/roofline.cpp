@@ -214,9 +214,9 @@ void run_roofline(const RooflineOptions& o) {
                 model.int8_activation_matrices());
   std::printf("  weights %.1f MB, active per decoded token %.1f MB, %s\n", W.total_bytes() / 1e6,
               W.active_bytes_per_token() / 1e6,
-              o.model.weight_memory == WeightMemory::Ram ? "read into huge-page memory (--no-mmap)"
-                                                         : "read from the mapped checkpoint (4 KiB pages; --no-mmap reads "
-                                                           "them into huge-page memory)");
+              W.store().memory() == WeightMemory::Ram ? "read into huge-page memory (--mmap maps them instead)"
+                                                      : "read from the mapped checkpoint (4 KiB pages; --no-mmap reads "
+                                                        "them into huge-page memory)");
 
   std::mt19937 rng(1);
   std::normal_distribution<float> nd(0.f, 1.f);

@@ -6,12 +6,15 @@
 #include <fstream>
 #include <string>
 
+#include "formats/error.h"
+
 namespace m3::cli {
 
 ModelOptions ModelFlags::options() const {
   ModelOptions o;
   o.nvfp4_int8_activations = nvfp4_activations == "int8";
-  o.weight_memory = no_mmap ? WeightMemory::Ram : WeightMemory::Mmap;
+  if (mmap && no_mmap) throw Error("--mmap and --no-mmap contradict each other: give at most one");
+  o.weight_memory = no_mmap ? WeightMemory::Ram : mmap ? WeightMemory::Mmap : WeightMemory::Auto;
   return o;
 }
 
@@ -22,9 +25,12 @@ void add_model_flags(CLI::App* app, ModelFlags& f) {
       ->check(CLI::IsMember({"fp32", "int8"}))
       ->capture_default_str();
   app->add_flag("--no-mmap", f.no_mmap,
-                "read the weights into memory at load (transparent huge pages advised) instead of mapping the "
-                "checkpoint: slower start and no sharing of the page cache between processes, faster decode "
-                "(fewer TLB misses while the weights stream)");
+                "read the weights into memory at load (transparent huge pages advised): a full read at start, "
+                "faster decode (fewer TLB misses while the weights stream). Default when the checkpoint takes at "
+                "most 75% of the available memory");
+  app->add_flag("--mmap", f.mmap,
+                "map the checkpoint instead (immediate start when the files are in the page cache, shared "
+                "between processes, evictable). Default when the checkpoint does not fit in memory as above");
 }
 
 namespace {
@@ -50,18 +56,27 @@ std::string describe_model_flags(const ModelFlags& f, const Model& m) {
       out += "--nvfp4-activations int8: " + std::to_string(m.int8_activation_matrices()) +
              " NVFP4 matrices use int8 activations (per-16 scales; not bit-exact with the fp32 path)";
   }
-  if (f.no_mmap) {
-    if (!out.empty()) out += "\n";
-    const double mb = double(m.weights().file_bytes()) / 1e6;
+  const TensorStore& st = m.weights().store();
+  const double mb = double(st.file_bytes()) / 1e6;
+  char buf[320];
+  if (st.memory() == WeightMemory::Ram) {
     const int64_t huge = anon_huge_bytes();
-    char buf[256];
     if (huge >= 0)
-      std::snprintf(buf, sizeof buf, "--no-mmap: read %.1f MB of weights into memory; %.1f MB of this process are on "
-                    "transparent huge pages", mb, double(huge) / 1e6);
+      std::snprintf(buf, sizeof buf, "weights: read %.1f MB into memory, %.1f MB of this process on transparent huge "
+                    "pages (--mmap maps the checkpoint instead)", mb, double(huge) / 1e6);
     else
-      std::snprintf(buf, sizeof buf, "--no-mmap: read %.1f MB of weights into memory", mb);
-    out += buf;
+      std::snprintf(buf, sizeof buf, "weights: read %.1f MB into memory (--mmap maps the checkpoint instead)", mb);
+  } else if (!f.mmap && st.auto_available_bytes() > 0) {
+    std::snprintf(buf, sizeof buf, "weights: mapped from the checkpoint: %.1f MB is more than %.0f%% of the %.1f MB of "
+                  "available memory (--no-mmap reads them into memory anyway)", mb, 100 * kAutoRamFraction,
+                  double(st.auto_available_bytes()) / 1e6);
+  } else if (!f.mmap) {
+    std::snprintf(buf, sizeof buf, "weights: mapped from the checkpoint: available memory unknown (no MemAvailable in "
+                  "/proc/meminfo; --no-mmap reads them into memory anyway)");
+  } else {
+    buf[0] = 0;  // --mmap: as asked
   }
+  if (buf[0]) out = std::string(buf) + (out.empty() ? "" : "\n" + out);
   return out;
 }
 

@@ -9,15 +9,17 @@ namespace m3::cli {
 
 struct ModelFlags {
   std::string nvfp4_activations = "fp32";  // fp32 (exact) or int8
-  bool no_mmap = false;                     // read the weights into memory instead of mapping them
+  bool no_mmap = false;                     // read the weights into memory (default: when they fit)
+  bool mmap = false;                        // map the checkpoint instead
   ModelOptions options() const;
 };
 
 void add_model_flags(CLI::App* app, ModelFlags& f);
 
-// What the flags did to the loaded model, for stderr ("" when they changed nothing), one line per
-// flag. Says so when int8 activations were asked for but the checkpoint has no NVFP4 matrix they
-// apply to; for --no-mmap, how many bytes were read and how many of them huge pages back.
+// What the flags did to the loaded model, for stderr, one line each: where the weights live (read
+// into memory: how many MB and how many on huge pages; mapped: why, when it was not asked for); and,
+// for --nvfp4-activations int8, how many matrices use it (or that the checkpoint has none).
+// options() throws m3::Error for contradictory flags (--mmap with --no-mmap).
 std::string describe_model_flags(const ModelFlags& f, const Model& m);
 
 }  // namespace m3::cli

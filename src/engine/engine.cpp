@@ -12,16 +12,6 @@
 
 namespace m3 {
 
-uint64_t available_memory_bytes() {
-  std::ifstream in("/proc/meminfo");
-  std::string key;
-  uint64_t kb = 0;
-  std::string unit;
-  while (in >> key >> kb >> unit)
-    if (key == "MemAvailable:") return kb * 1024;
-  return 0;
-}
-
 Engine::Engine(Model& model, const Tokenizer* tok, const EngineConfig& cfg) : model_(model), tok_(tok), cfg_(cfg) {
   const ModelConfig& mc = model.config();
   if (mc.any_sparse()) {

@@ -12,6 +12,7 @@
 #include "engine/block_pool.h"
 #include "engine/kv_format.h"
 #include "engine/kv_pool.h"
+#include "formats/host_memory.h"
 #include "engine/sampler.h"
 #include "engine/scheduler.h"
 #include "engine/sequence.h"
@@ -139,8 +140,5 @@ class Engine {
   std::vector<DraftContextRows> ctx_rows_;
   std::vector<std::unique_ptr<PagedKV>> draft_views_;
 };
-
-// Bytes of RAM available to new allocations (MemAvailable), 0 if unknown.
-uint64_t available_memory_bytes();
 
 }  // namespace m3

@@ -5,6 +5,8 @@
 
 #include <cerrno>
 #include <cstring>
+#include <fstream>
+#include <string>
 #include <utility>
 
 #include "formats/error.h"
@@ -49,6 +51,15 @@ HugePageBuffer& HugePageBuffer::operator=(HugePageBuffer&& o) noexcept {
 
 void HugePageBuffer::make_read_only() {
   if (p_) ::mprotect(p_, len_, PROT_READ);
+}
+
+uint64_t available_memory_bytes() {
+  std::ifstream in("/proc/meminfo");
+  std::string key, unit;
+  uint64_t kb = 0;
+  while (in >> key >> kb >> unit)
+    if (key == "MemAvailable:") return kb * 1024;
+  return 0;
 }
 
 }  // namespace m3

@@ -1,9 +1,10 @@
-// Anonymous host memory advised for transparent huge pages: the weights read with --no-mmap and the
-// paged KV pool. Decode streams hundreds of MB per token and long-context attention walks tens of
-// MB of K/V; on 4 KiB pages that is one TLB miss per 4 KiB (expensive in virtual machines), on
-// 2 MiB pages one per 2 MiB. Measured on a 2-core VM: decode +11-16% with the weights on huge pages,
-// block attention over a 16K-token BF16 cache 4-18% faster. Where the kernel has no THP (or it is
-// disabled) the advice is ignored and the memory behaves like any other.
+// Anonymous host memory advised for transparent huge pages: the weights when they are read into
+// memory (the default when they fit; --no-mmap) and the paged KV pool. Decode streams hundreds of MB
+// per token and long-context attention walks tens of MB of K/V; on 4 KiB pages that is one TLB miss
+// per 4 KiB (expensive in virtual machines), on 2 MiB pages one per 2 MiB. Measured on a 2-core VM:
+// decode +11-16% with the weights on huge pages, block attention over a 16K-token BF16 cache 4-18%
+// faster. Where the kernel has no THP (or it is disabled) the advice is ignored and the memory
+// behaves like any other.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -32,5 +33,8 @@ class HugePageBuffer {
   uint8_t* p_ = nullptr;
   size_t n_ = 0, len_ = 0;  // requested bytes, mapped length
 };
+
+// Bytes of RAM available to new allocations (MemAvailable of /proc/meminfo), 0 if unknown.
+uint64_t available_memory_bytes();
 
 }  // namespace m3

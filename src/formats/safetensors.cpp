@@ -55,6 +55,7 @@ void read_into_memory(int fd, const std::string& path, size_t size, HugePageBuff
 }  // namespace
 
 SafetensorsFile::SafetensorsFile(const std::string& path, WeightMemory mem) : path_(path) {
+  if (mem == WeightMemory::Auto) mem = WeightMemory::Mmap;  // the choice is TensorStore's (it sees every shard)
   const std::string fname = fs::path(path).filename().string();
   int fd = ::open(path.c_str(), O_RDONLY);
   if (fd < 0) throw Error(path + ": cannot open: " + std::strerror(errno));
@@ -175,8 +176,15 @@ TensorStore::TensorStore(const std::string& dir, WeightMemory mem) : dir_(dir) {
   for (const auto& s : shard_names) {
     const fs::path p = d / s;
     if (!fs::exists(p)) throw Error(p.string() + ": shard named in model.safetensors.index.json does not exist");
-    files_.push_back(std::make_unique<SafetensorsFile>(p.string(), mem));
   }
+  if (mem == WeightMemory::Auto) {
+    double total = 0;
+    for (const auto& s : shard_names) total += double(fs::file_size(d / s));
+    auto_available_ = available_memory_bytes();
+    mem = auto_available_ && total <= kAutoRamFraction * double(auto_available_) ? WeightMemory::Ram : WeightMemory::Mmap;
+  }
+  memory_ = mem;
+  for (const auto& s : shard_names) files_.push_back(std::make_unique<SafetensorsFile>((d / s).string(), mem));
   for (const auto& f : files_) {
     for (const auto& [name, view] : f->tensors()) {
       auto [it, inserted] = index_.emplace(name, &view);

@@ -27,12 +27,15 @@ struct TensorView {
   std::string shape_str() const;
 };
 
-// Where tensor bytes live. Mmap (default): the file is mapped read-only and pages come from the
-// page cache on first touch (fast start, shared between processes). Ram (`--no-mmap`, as in
-// llama.cpp): the file is read once into anonymous memory advised for transparent huge pages, its
-// page-cache copy is dropped, and the memory is made read-only. Same bytes either way; Ram costs a
-// full read at load and pays back in fewer TLB misses when decode streams the weights.
-enum class WeightMemory { Mmap, Ram };
+// Where tensor bytes live. Mmap (`--mmap`): the files are mapped read-only and pages come from the
+// page cache on first touch (immediate start, shared between processes, evictable). Ram
+// (`--no-mmap`): each file is read once into anonymous memory advised for transparent huge pages,
+// its page-cache copy is dropped, and the memory is made read-only. Same bytes either way; Ram costs
+// a full read at load and pays back in fewer TLB misses every time decode streams the weights.
+// Auto (the models' default): Ram when the files take at most kAutoRamFraction of the available
+// memory, else Mmap (a checkpoint that does not fit is better paged than killed).
+enum class WeightMemory { Auto, Mmap, Ram };
+constexpr double kAutoRamFraction = 0.75;
 
 // One .safetensors file, mapped or read into memory (WeightMemory).
 class SafetensorsFile {
@@ -68,9 +71,14 @@ class TensorStore {
   const std::string& dir() const { return dir_; }
   // Bytes of all files (what WeightMemory::Ram copies into memory).
   size_t file_bytes() const;
+  // Mmap or Ram (what Auto resolved to), and the available memory Auto compared against (0 if not Auto).
+  WeightMemory memory() const { return memory_; }
+  uint64_t auto_available_bytes() const { return auto_available_; }
 
  private:
   std::string dir_;
+  WeightMemory memory_ = WeightMemory::Mmap;
+  uint64_t auto_available_ = 0;
   std::vector<std::unique_ptr<SafetensorsFile>> files_;
   std::map<std::string, const TensorView*> index_;
 };

@@ -32,9 +32,9 @@ struct BatchItem {
 struct ModelOptions {
   // NVFP4 matmuls with int8 activations (faster on CPUs, not exact; see kernels/cpu/linear.h).
   bool nvfp4_int8_activations = false;
-  // Mmap: weights are read in place from the mapped checkpoint; Ram: read into (huge-page) memory
-  // at load (`--no-mmap`; see formats/safetensors.h).
-  WeightMemory weight_memory = WeightMemory::Mmap;
+  // Auto (default): read into huge-page memory when the checkpoint fits comfortably, else mapped;
+  // Mmap (`--mmap`) / Ram (`--no-mmap`) force one (see formats/safetensors.h).
+  WeightMemory weight_memory = WeightMemory::Auto;
 };
 
 class Model {

@@ -54,6 +54,7 @@ class Weights {
   double total_bytes() const { return total_bytes_; }
   // Bytes of the checkpoint files (read into memory under WeightMemory::Ram).
   size_t file_bytes() const { return store_->file_bytes(); }
+  const TensorStore& store() const { return *store_; }
 
   // Switches every NVFP4 matrix whose K is a multiple of 128 to int8 activations (the opt-in,
   // inexact fast path, see kernels/cpu/linear.h); returns how many matrices switched.

@@ -69,14 +69,25 @@ grep -q "NVFP4 matrices use int8 activations" "$TMP/i8.err" || fail "int8 activa
 "$BIN" generate --model "$TMP/m3-bf16.a" --prompt "hello" --max-tokens 2 --nvfp4-activations int8 \
   >/dev/null 2>"$TMP/i8b.err" || fail "int8 on a BF16 checkpoint failed"
 grep -q "no effect" "$TMP/i8b.err" || fail "int8 on a BF16 checkpoint: no notice"
-# --no-mmap reads every shard into memory: bit-identical logits, and a notice with the bytes read.
+# Weights read into memory (--no-mmap; the default for a checkpoint this small) or mapped (--mmap):
+# bit-identical logits over a sharded checkpoint, each reported; the two flags together are refused.
 echo "1 2 3 4 5 6 7 8 9 10 11 12" >"$TMP/toks.txt"
-"$BIN" logits --model "$TMP/m31s.a" --tokens "$TMP/toks.txt" --out "$TMP/l.mmap" 2>/dev/null || fail "logits (mmap)"
+"$BIN" logits --model "$TMP/m31s.a" --tokens "$TMP/toks.txt" --out "$TMP/l.mmap" --mmap 2>"$TMP/mm.err" ||
+  fail "logits --mmap: $(cat "$TMP/mm.err")"
+grep -q "weights:" "$TMP/mm.err" && fail "--mmap: unexpected weights notice: $(cat "$TMP/mm.err")"
 "$BIN" logits --model "$TMP/m31s.a" --tokens "$TMP/toks.txt" --out "$TMP/l.ram" --no-mmap 2>"$TMP/nm.err" ||
   fail "logits --no-mmap: $(cat "$TMP/nm.err")"
-[ -s "$TMP/l.ram" ] || fail "logits --no-mmap wrote nothing"
+"$BIN" logits --model "$TMP/m31s.a" --tokens "$TMP/toks.txt" --out "$TMP/l.auto" 2>"$TMP/auto.err" ||
+  fail "logits (default): $(cat "$TMP/auto.err")"
+for f in l.mmap l.ram l.auto; do [ -s "$TMP/$f" ] || fail "logits wrote no $f"; done
 cmp -s "$TMP/l.mmap" "$TMP/l.ram" || fail "--no-mmap changed the logits"
-grep -Eq "no-mmap: read [0-9.]+ MB of weights into memory" "$TMP/nm.err" || fail "--no-mmap notice: $(cat "$TMP/nm.err")"
+cmp -s "$TMP/l.mmap" "$TMP/l.auto" || fail "the default weight memory changed the logits"
+grep -Eq "weights: read [0-9.]+ MB into memory" "$TMP/nm.err" || fail "--no-mmap notice: $(cat "$TMP/nm.err")"
+grep -Eq "weights: read [0-9.]+ MB into memory" "$TMP/auto.err" || fail "default: not read into memory: $(cat "$TMP/auto.err")"
+if "$BIN" logits --model "$TMP/m31s.a" --tokens "$TMP/toks.txt" --out "$TMP/l.x" --mmap --no-mmap 2>"$TMP/both.err"; then
+  fail "--mmap --no-mmap accepted"
+fi
+grep -q "contradict" "$TMP/both.err" || fail "--mmap --no-mmap: message $(cat "$TMP/both.err")"
 
 if "$BIN" generate --model "$TMP/m31.a" --prompt "hello" --nvfp4-activations int4 >/dev/null 2>"$TMP/i8c.err"; then
   fail "--nvfp4-activations int4 accepted"
