@@ -7,8 +7,8 @@
 # OMP_WAIT_POLICY=active unless set). Not part of `make test` (about 20 minutes on 2 cores).
 # Usage: tools/perf_report.sh [m3serve] [workdir]
 #   (RUNS=3, RUNS=0 skips the roofline runs, LONG=1 adds decode after a real 16K-token prompt, SERVE=0
-#    skips bench serve, SERVE_ACT=int8 serves with --nvfp4-activations int8, SERVE_FLAGS=--no-mmap adds
-#    flags to serve, PORT=8011, VARIANTS="layout:act[:ram] ..." chooses the roofline variants)
+#    skips bench serve, SERVE_ACT=int8 serves with --nvfp4-activations int8, SERVE_FLAGS=--mmap adds
+#    flags to serve, PORT=8011, VARIANTS="layout:act[:map] ..." chooses the roofline variants)
 set -euo pipefail
 BIN=$(realpath "${1:-build/m3serve}")
 WORK=${2:-/tmp/m3perf}
@@ -27,14 +27,15 @@ prefill_tps() { sed -n '/^PREFILL/,$p' "$1" | awk '/-> / {print $2}'; }
 stats() { sort -g | awk '{v[NR]=$1} END {printf "%s %s\n", v[1], v[int((NR+1)/2)]}'; }  # best median
 
 # Variants: layout, NVFP4 activation mode (int8 = the opt-in --nvfp4-activations int8; m3-mxfp8 has no
-# NVFP4 matrix, so only fp32 applies there), and optionally ram (= --no-mmap: weights read into huge pages).
-VARIANTS=${VARIANTS:-"m31:fp32 m31:fp32:ram m31:int8:ram m3-mxfp8:fp32 m3-mxfp8:fp32:ram"}
+# NVFP4 matrix, so only fp32 applies there), and optionally map (= --mmap: weights read from the mapped
+# checkpoint instead of huge-page memory, the default for models that fit).
+VARIANTS=${VARIANTS:-"m31:fp32:map m31:fp32 m31:int8 m3-mxfp8:fp32:map m3-mxfp8:fp32"}
 [ "$RUNS" = 0 ] && VARIANTS=""
 # parse VARIANT: sets layout, act, mem ("" or "ram"), flags and tag (the report file infix)
 parse() {
   IFS=: read -r layout act mem <<<"$1"
   flags=(--nvfp4-activations "$act")
-  [ "$mem" = ram ] && flags+=(--no-mmap)
+  [ "$mem" = map ] && flags+=(--mmap)
   tag="$layout.$act${mem:+.$mem}"
 }
 for i in $(seq 1 "$RUNS"); do
