@@ -121,7 +121,7 @@ struct DSparkDraft::Layer {
 
 DSparkDraft::DSparkDraft(const std::string& dir, const Model& target)
     : cfg_(DSparkConfig::from_dir(dir, target.config())), target_(target) {
-  store_ = std::make_unique<TensorStore>(dir);
+  store_ = std::make_unique<TensorStore>(dir, target.weights().store().memory());  // where the target's live
   TensorLoader ld(*store_);
   const std::string P = "language_model.model.dspark.";
   const int64_t H = cfg_.hidden, D = cfg_.head_dim, V = cfg_.vocab, R = cfg_.markov_rank;
