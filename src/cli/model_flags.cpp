@@ -66,6 +66,10 @@ std::string describe_model_flags(const ModelFlags& f, const Model& m) {
                     "pages (--mmap maps the checkpoint instead)", mb, double(huge) / 1e6);
     else
       std::snprintf(buf, sizeof buf, "weights: read %.1f MB into memory (--mmap maps the checkpoint instead)", mb);
+  } else if (!f.mmap && !st.auto_found_thp()) {
+    std::snprintf(buf, sizeof buf, "weights: mapped from the checkpoint: transparent huge pages are off "
+                  "(/sys/kernel/mm/transparent_hugepage/enabled), so reading them into memory would not pay "
+                  "(--no-mmap reads them anyway)");
   } else if (!f.mmap && st.auto_available_bytes() > 0) {
     std::snprintf(buf, sizeof buf, "weights: mapped from the checkpoint: %.1f MB is more than %.0f%% of the %.1f MB of "
                   "available memory (--no-mmap reads them into memory anyway)", mb, 100 * kAutoRamFraction,

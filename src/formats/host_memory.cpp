@@ -53,6 +53,13 @@ void HugePageBuffer::make_read_only() {
   if (p_) ::mprotect(p_, len_, PROT_READ);
 }
 
+bool transparent_huge_pages_available() {
+  std::ifstream in("/sys/kernel/mm/transparent_hugepage/enabled");
+  std::string line;
+  if (!std::getline(in, line)) return false;
+  return line.find("[always]") != std::string::npos || line.find("[madvise]") != std::string::npos;
+}
+
 uint64_t available_memory_bytes() {
   std::ifstream in("/proc/meminfo");
   std::string key, unit;

@@ -37,4 +37,9 @@ class HugePageBuffer {
 // Bytes of RAM available to new allocations (MemAvailable of /proc/meminfo), 0 if unknown.
 uint64_t available_memory_bytes();
 
+// Whether madvise(MADV_HUGEPAGE) can give this process transparent huge pages (the setting in
+// /sys/kernel/mm/transparent_hugepage/enabled is "always" or "madvise"; false when it is "never" or
+// the file does not exist).
+bool transparent_huge_pages_available();
+
 }  // namespace m3

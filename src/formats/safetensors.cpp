@@ -181,7 +181,9 @@ TensorStore::TensorStore(const std::string& dir, WeightMemory mem) : dir_(dir) {
     double total = 0;
     for (const auto& s : shard_names) total += double(fs::file_size(d / s));
     auto_available_ = available_memory_bytes();
-    mem = auto_available_ && total <= kAutoRamFraction * double(auto_available_) ? WeightMemory::Ram : WeightMemory::Mmap;
+    auto_thp_ = transparent_huge_pages_available();
+    mem = auto_thp_ && auto_available_ && total <= kAutoRamFraction * double(auto_available_) ? WeightMemory::Ram
+                                                                                               : WeightMemory::Mmap;
   }
   memory_ = mem;
   for (const auto& s : shard_names) files_.push_back(std::make_unique<SafetensorsFile>((d / s).string(), mem));

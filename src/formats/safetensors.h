@@ -32,8 +32,9 @@ struct TensorView {
 // (`--no-mmap`): each file is read once into anonymous memory advised for transparent huge pages,
 // its page-cache copy is dropped, and the memory is made read-only. Same bytes either way; Ram costs
 // a full read at load and pays back in fewer TLB misses every time decode streams the weights.
-// Auto (the models' default): Ram when the files take at most kAutoRamFraction of the available
-// memory, else Mmap (a checkpoint that does not fit is better paged than killed).
+// Auto (the models' default): Ram when transparent huge pages are available and the files take at
+// most kAutoRamFraction of the available memory, else Mmap (a checkpoint that does not fit is better
+// paged than killed; without huge pages the copy would not pay).
 enum class WeightMemory { Auto, Mmap, Ram };
 constexpr double kAutoRamFraction = 0.75;
 
@@ -71,14 +72,17 @@ class TensorStore {
   const std::string& dir() const { return dir_; }
   // Bytes of all files (what WeightMemory::Ram copies into memory).
   size_t file_bytes() const;
-  // Mmap or Ram (what Auto resolved to), and the available memory Auto compared against (0 if not Auto).
+  // Mmap or Ram (what Auto resolved to), the available memory Auto compared against (0 if not Auto or
+  // unknown) and whether Auto found transparent huge pages.
   WeightMemory memory() const { return memory_; }
   uint64_t auto_available_bytes() const { return auto_available_; }
+  bool auto_found_thp() const { return auto_thp_; }
 
  private:
   std::string dir_;
   WeightMemory memory_ = WeightMemory::Mmap;
   uint64_t auto_available_ = 0;
+  bool auto_thp_ = false;
   std::vector<std::unique_ptr<SafetensorsFile>> files_;
   std::map<std::string, const TensorView*> index_;
 };
