@@ -2,8 +2,6 @@
 #include "cli/model_flags.h"
 
 #include <cstdio>
-#include <cstdlib>
-#include <fstream>
 #include <string>
 
 #include "formats/error.h"
@@ -33,19 +31,6 @@ void add_model_flags(CLI::App* app, ModelFlags& f) {
                 "between processes, evictable). Default when the checkpoint does not fit in memory as above");
 }
 
-namespace {
-
-// AnonHugePages of this process in bytes (Linux /proc/self/smaps_rollup), -1 when unknown.
-int64_t anon_huge_bytes() {
-  std::ifstream in("/proc/self/smaps_rollup");
-  std::string line;
-  while (std::getline(in, line))
-    if (line.rfind("AnonHugePages:", 0) == 0) return std::atoll(line.c_str() + 14) * 1024;
-  return -1;
-}
-
-}  // namespace
-
 std::string describe_model_flags(const ModelFlags& f, const Model& m) {
   std::string out;
   if (f.options().nvfp4_int8_activations) {
@@ -58,27 +43,17 @@ std::string describe_model_flags(const ModelFlags& f, const Model& m) {
   }
   const TensorStore& st = m.weights().store();
   const double mb = double(st.file_bytes()) / 1e6;
-  char buf[320];
+  char buf[384] = "";
   if (st.memory() == WeightMemory::Ram) {
-    const int64_t huge = anon_huge_bytes();
+    const int64_t huge = huge_page_bytes_in_use();
     if (huge >= 0)
       std::snprintf(buf, sizeof buf, "weights: read %.1f MB into memory, %.1f MB of this process on transparent huge "
                     "pages (--mmap maps the checkpoint instead)", mb, double(huge) / 1e6);
     else
       std::snprintf(buf, sizeof buf, "weights: read %.1f MB into memory (--mmap maps the checkpoint instead)", mb);
-  } else if (!f.mmap && !st.auto_found_thp()) {
-    std::snprintf(buf, sizeof buf, "weights: mapped from the checkpoint: transparent huge pages are off "
-                  "(/sys/kernel/mm/transparent_hugepage/enabled), so reading them into memory would not pay "
-                  "(--no-mmap reads them anyway)");
-  } else if (!f.mmap && st.auto_available_bytes() > 0) {
-    std::snprintf(buf, sizeof buf, "weights: mapped from the checkpoint: %.1f MB is more than %.0f%% of the %.1f MB of "
-                  "available memory (--no-mmap reads them into memory anyway)", mb, 100 * kAutoRamFraction,
-                  double(st.auto_available_bytes()) / 1e6);
-  } else if (!f.mmap) {
-    std::snprintf(buf, sizeof buf, "weights: mapped from the checkpoint: available memory unknown (no MemAvailable in "
-                  "/proc/meminfo; --no-mmap reads them into memory anyway)");
-  } else {
-    buf[0] = 0;  // --mmap: as asked
+  } else if (!st.mmap_reason().empty()) {  // the default chose to map; --mmap needs no notice
+    std::snprintf(buf, sizeof buf, "weights: mapped from the checkpoint: %s (--no-mmap reads them into memory anyway)",
+                  st.mmap_reason().c_str());
   }
   if (buf[0]) out = std::string(buf) + (out.empty() ? "" : "\n" + out);
   return out;

@@ -4,6 +4,7 @@
 #include <sys/mman.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <string>
@@ -51,6 +52,14 @@ HugePageBuffer& HugePageBuffer::operator=(HugePageBuffer&& o) noexcept {
 
 void HugePageBuffer::make_read_only() {
   if (p_) ::mprotect(p_, len_, PROT_READ);
+}
+
+int64_t huge_page_bytes_in_use() {
+  std::ifstream in("/proc/self/smaps_rollup");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("AnonHugePages:", 0) == 0) return std::atoll(line.c_str() + 14) * 1024;
+  return -1;
 }
 
 bool transparent_huge_pages_available() {

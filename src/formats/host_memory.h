@@ -37,6 +37,10 @@ class HugePageBuffer {
 // Bytes of RAM available to new allocations (MemAvailable of /proc/meminfo), 0 if unknown.
 uint64_t available_memory_bytes();
 
+// Bytes of this process on transparent huge pages (AnonHugePages of /proc/self/smaps_rollup), -1 if
+// unknown.
+int64_t huge_page_bytes_in_use();
+
 // Whether madvise(MADV_HUGEPAGE) can give this process transparent huge pages (the setting in
 // /sys/kernel/mm/transparent_hugepage/enabled is "always" or "madvise"; false when it is "never" or
 // the file does not exist).

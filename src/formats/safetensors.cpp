@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -180,10 +181,18 @@ TensorStore::TensorStore(const std::string& dir, WeightMemory mem) : dir_(dir) {
   if (mem == WeightMemory::Auto) {
     double total = 0;
     for (const auto& s : shard_names) total += double(fs::file_size(d / s));
-    auto_available_ = available_memory_bytes();
-    auto_thp_ = transparent_huge_pages_available();
-    mem = auto_thp_ && auto_available_ && total <= kAutoRamFraction * double(auto_available_) ? WeightMemory::Ram
-                                                                                               : WeightMemory::Mmap;
+    const uint64_t avail = available_memory_bytes();
+    char why[256] = "";
+    if (!transparent_huge_pages_available())
+      std::snprintf(why, sizeof why, "transparent huge pages are off (/sys/kernel/mm/transparent_hugepage/enabled), so "
+                    "reading them into memory would not pay");
+    else if (avail == 0)
+      std::snprintf(why, sizeof why, "available memory unknown (no MemAvailable in /proc/meminfo)");
+    else if (total > kAutoRamFraction * double(avail))
+      std::snprintf(why, sizeof why, "%.1f MB is more than %.0f%% of the %.1f MB of available memory", total / 1e6,
+                    100 * kAutoRamFraction, double(avail) / 1e6);
+    mmap_reason_ = why;
+    mem = mmap_reason_.empty() ? WeightMemory::Ram : WeightMemory::Mmap;
   }
   memory_ = mem;
   for (const auto& s : shard_names) files_.push_back(std::make_unique<SafetensorsFile>((d / s).string(), mem));

@@ -72,17 +72,14 @@ class TensorStore {
   const std::string& dir() const { return dir_; }
   // Bytes of all files (what WeightMemory::Ram copies into memory).
   size_t file_bytes() const;
-  // Mmap or Ram (what Auto resolved to), the available memory Auto compared against (0 if not Auto or
-  // unknown) and whether Auto found transparent huge pages.
+  // Mmap or Ram (what Auto resolved to), and why Auto chose Mmap ("" when it was asked for or Ram).
   WeightMemory memory() const { return memory_; }
-  uint64_t auto_available_bytes() const { return auto_available_; }
-  bool auto_found_thp() const { return auto_thp_; }
+  const std::string& mmap_reason() const { return mmap_reason_; }
 
  private:
   std::string dir_;
   WeightMemory memory_ = WeightMemory::Mmap;
-  uint64_t auto_available_ = 0;
-  bool auto_thp_ = false;
+  std::string mmap_reason_;
   std::vector<std::unique_ptr<SafetensorsFile>> files_;
   std::map<std::string, const TensorView*> index_;
 };

@@ -52,8 +52,7 @@ class Weights {
   // + lm_head + one embedding row): the numerator of "achieved GB/s".
   double active_bytes_per_token() const { return active_bytes_; }
   double total_bytes() const { return total_bytes_; }
-  // Bytes of the checkpoint files (read into memory under WeightMemory::Ram).
-  size_t file_bytes() const { return store_->file_bytes(); }
+  // The checkpoint's files: bytes, and whether they were read into memory or mapped.
   const TensorStore& store() const { return *store_; }
 
   // Switches every NVFP4 matrix whose K is a multiple of 128 to int8 activations (the opt-in,
