@@ -129,37 +129,49 @@ INSTANTIATE_TEST_SUITE_P(Formats, KernelsIsa,
 // one-token result equals the batched path's bit for bit (near overflow, near the subnormal range,
 // with inf / NaN activations, and for a matrix whose codes span too many values).
 TEST(KernelsIsaMxfp8, PrescaledActivationsExactOrNotTaken) {
+  // The copy for code c is x * 2^(c - 7).
   const int64_t K = 64;
   std::vector<float> x(K, 1.5f);
   EXPECT_TRUE(m3::mxfp8_prescale_exact(x.data(), K, 120, 127));
-  x[3] = std::ldexp(1.0f, 127 - 8);  // exponent field 246: times 2^(127 - 119) is 2^127, finite
+  x[3] = std::ldexp(1.0f, 7);  // exponent field 134: times 2^(127 - 7) is 2^127, finite
   EXPECT_TRUE(m3::mxfp8_prescale_exact(x.data(), K, 120, 127));
-  x[3] = std::ldexp(1.0f, 128 - 8);  // 2^128 would overflow
+  x[3] = std::ldexp(1.0f, 8);  // 2^128 would overflow
   EXPECT_FALSE(m3::mxfp8_prescale_exact(x.data(), K, 120, 127));
   EXPECT_TRUE(m3::mxfp8_prescale_exact(x.data(), K, 110, 126));
-  x[3] = std::ldexp(1.0f, -126 + 9);  // times 2^(110 - 119) = 2^-126: still normal
-  EXPECT_TRUE(m3::mxfp8_prescale_exact(x.data(), K, 110, 126));
-  x[3] = std::ldexp(1.0f, -126 + 8);  // would become subnormal
-  EXPECT_FALSE(m3::mxfp8_prescale_exact(x.data(), K, 110, 126));
+  x[3] = std::ldexp(1.0f, -126 + 7);  // times 2^(0 - 7) = 2^-126: still normal
+  EXPECT_TRUE(m3::mxfp8_prescale_exact(x.data(), K, 0, 14));
+  x[3] = std::ldexp(1.0f, -126 + 6);  // would become subnormal
+  EXPECT_FALSE(m3::mxfp8_prescale_exact(x.data(), K, 0, 14));
+  EXPECT_TRUE(m3::mxfp8_prescale_exact(x.data(), K, 1, 14));
   x[3] = 0.f;  // zeros never matter
-  EXPECT_TRUE(m3::mxfp8_prescale_exact(x.data(), K, 110, 126));
+  EXPECT_TRUE(m3::mxfp8_prescale_exact(x.data(), K, 0, 14));
   x[3] = std::numeric_limits<float>::infinity();
   EXPECT_FALSE(m3::mxfp8_prescale_exact(x.data(), K, 110, 126));
   x[3] = std::numeric_limits<float>::quiet_NaN();
   EXPECT_FALSE(m3::mxfp8_prescale_exact(x.data(), K, 110, 126));
   x[3] = std::numeric_limits<float>::denorm_min();  // scaled up: exact
-  EXPECT_TRUE(m3::mxfp8_prescale_exact(x.data(), K, 121, 126));
-  EXPECT_FALSE(m3::mxfp8_prescale_exact(x.data(), K, 119, 126));
-  EXPECT_FALSE(m3::mxfp8_prescale_exact(x.data(), K, 120, 247));  // the table's 2^8 x scale would not fit
+  EXPECT_TRUE(m3::mxfp8_prescale_exact(x.data(), K, 8, 20));
+  EXPECT_FALSE(m3::mxfp8_prescale_exact(x.data(), K, 7, 20));
+  x[3] = 1.5f;
+  EXPECT_TRUE(m3::mxfp8_prescale_exact(x.data(), K, 120, 134));   // 1.5 * 2^127, finite
+  EXPECT_FALSE(m3::mxfp8_prescale_exact(x.data(), K, 120, 135));  // 2^128 is no float
 
   std::mt19937 rng(21);
   const int64_t N = 12, Kb = 256;
+  // Codes 110..123 (copies of x scaled by 2^103 .. 2^116; block 0, element 5's, holds the largest)
+  // and codes 2..15 (2^-5 .. 2^8; block 0 holds the smallest): the overflow and the underflow side.
   Mat m = make_matrix(m3::LinearKind::MXFP8, N, Kb, rng);
-  for (auto& c : m.s) c = uint8_t(c - 10);  // codes 110..123: copies of x scaled by 2^-9 .. 2^4
-  for (int64_t n = 0; n < N; ++n) m.s[n * (Kb / 32)] = 123;  // element 5 meets the largest factor
+  for (auto& c : m.s) c = uint8_t(c - 10);
+  for (int64_t n = 0; n < N; ++n) m.s[n * (Kb / 32)] = 123;
   m3::set_scale_range(m.lin);
   ASSERT_EQ(m.lin.scale_lo, 110);
   ASSERT_EQ(m.lin.scale_hi, 123);
+  Mat low = make_matrix(m3::LinearKind::MXFP8, N, Kb, rng);
+  for (auto& c : low.s) c = uint8_t(c - 118);
+  for (int64_t n = 0; n < N; ++n) low.s[n * (Kb / 32)] = 2;
+  m3::set_scale_range(low.lin);
+  ASSERT_EQ(low.lin.scale_lo, 2);
+  ASSERT_EQ(low.lin.scale_hi, 15);
   Mat wide = make_matrix(m3::LinearKind::MXFP8, N, Kb, rng);
   for (size_t i = 0; i < wide.s.size(); i += 7) wide.s[i] = uint8_t(100 + i % 40);  // 40 codes: not taken
   m3::set_scale_range(wide.lin);
@@ -171,17 +183,23 @@ TEST(KernelsIsaMxfp8, PrescaledActivationsExactOrNotTaken) {
     float x5;
     bool special;
   };
-  const Case cases[] = {{"plain", 1.f, false},
-                        {"largest exact", std::ldexp(1.75f, 127 - 4), false},
-                        {"overflowing copy", std::ldexp(1.75f, 128 - 4), false},
-                        {"smallest exact", std::ldexp(low_bit, -126 + 9), false},
-                        {"subnormal copy", std::ldexp(low_bit, -127 + 9), false},
-                        {"inf and NaN", 1.f, true}};
+  // x5 * 2^(c - 7) for element 5's code c: the largest exact copy has exponent field 254 (high codes),
+  // the smallest exact one field 1 (low codes; there the products underflow whatever the copy, so that
+  // side shows bit-identity with low codes and placed subnormal weights more than the decision).
+  const int chi = m.s[0] - 7, clo = low.s[0] - 7;
+  const std::vector<Case> high_cases = {{"plain", 1.f, false},
+                                        {"largest exact", std::ldexp(1.75f, 127 - chi), false},
+                                        {"overflowing copy", std::ldexp(1.75f, 128 - chi), false},
+                                        {"inf and NaN", 1.f, true}};
+  const std::vector<Case> low_cases = {{"plain", 1.f, false},
+                                       {"smallest exact", std::ldexp(low_bit, -126 - clo), false},
+                                       {"subnormal copy", std::ldexp(low_bit, -127 - clo), false},
+                                       {"inf and NaN", 1.f, true}};
   for (const char* isa : {"generic", "avx2", "avx512"}) {
     const m3::CpuOps* ops = m3::cpu_ops_for(isa);
     if (!ops) continue;
-    for (const Mat* mat : {&m, &wide}) {
-      for (const Case& c : cases) {
+    for (const Mat* mat : {&m, &low, &wide}) {
+      for (const Case& c : mat == &low ? low_cases : high_cases) {
         std::vector<float> xx(2 * Kb);
         for (int64_t k = 0; k < Kb; ++k) xx[k] = nd(rng) * 1e-3f;
         xx[5] = c.x5;

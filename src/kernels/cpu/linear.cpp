@@ -52,8 +52,8 @@ void set_scale_range(Linear& W) {
 }
 
 bool mxfp8_prescale_exact(const float* x, int64_t K, int lo, int hi) {
-  if (lo < 0 || hi > 246 || lo > hi) return false;
-  // x * 2^j with j = c - 119 is exact iff the result's exponent field stays in [1, 254] (no overflow,
+  if (lo < 0 || hi > kMxfp8PrescaleMaxCode || lo > hi) return false;
+  // x * 2^j with j = c - 7 is exact iff the result's exponent field stays in [1, 254] (no overflow,
   // no rounding to a subnormal; a subnormal x scaled up is exact), so the extreme exponent fields of
   // the nonzero x decide for every c. Integer loop over the bit patterns (vectorises; no libm).
   uint32_t emax = 0, emin = 255;
@@ -66,7 +66,7 @@ bool mxfp8_prescale_exact(const float* x, int64_t K, int lo, int hi) {
     emin = std::min(emin, u ? e : 255u);
   }
   if (emin == 255) return emax < 255;  // all zero (or only inf / NaN, rejected)
-  return emax <= 254 && int(emax) + hi - 119 <= 254 && int(emin) + lo - 119 >= 1;
+  return emax <= 254 && int(emax) + hi - 7 <= 254 && int(emin) + lo - 7 >= 1;
 }
 
 bool enable_int8_activations(Linear& W) {

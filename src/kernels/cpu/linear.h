@@ -35,10 +35,13 @@ struct Linear {
 void set_scale_range(Linear& W);
 
 // MXFP8 decode step: the block scales are applied to the activations (one copy of x per scale code,
-// x * 256 * 2^(code - 127)) instead of to every decoded weight, when the matrix uses at most this many
-// codes, none above 246, and every such copy of x is exact (mxfp8_prescale_exact).
+// x * 2^120 * 2^(code - 127), the 2^120 undoing the kernel's placement of E4M3 bits in FP32 fields)
+// instead of to every decoded weight, when the matrix uses at most kMxfp8PrescaleCodes codes, none
+// above kMxfp8PrescaleMaxCode (2^(code - 7) must be a finite float), and every such copy of x is exact
+// (mxfp8_prescale_exact).
 constexpr int kMxfp8PrescaleCodes = 16;
-// Whether x[0, K) times 2^(c - 119) is exact (no overflow, no result below the normal range, no
+constexpr int kMxfp8PrescaleMaxCode = 134;
+// Whether x[0, K) times 2^(c - 7) is exact (no overflow, no result below the normal range, no
 // NaN) for every code c in [lo, hi].
 bool mxfp8_prescale_exact(const float* x, int64_t K, int lo, int hi);
 
