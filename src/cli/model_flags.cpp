@@ -48,9 +48,11 @@ std::string describe_model_flags(const ModelFlags& f, const Model& m) {
     const int64_t huge = huge_page_bytes_in_use();
     if (huge >= 0)
       std::snprintf(buf, sizeof buf, "weights: read %.1f MB into memory, %.1f MB of this process on transparent huge "
-                    "pages (--mmap maps the checkpoint instead)", mb, double(huge) / 1e6);
+                    "pages, %d matrices in 4-row tiles for decode (--mmap maps the checkpoint instead)", mb,
+                    double(huge) / 1e6, m.tiled_matrices());
     else
-      std::snprintf(buf, sizeof buf, "weights: read %.1f MB into memory (--mmap maps the checkpoint instead)", mb);
+      std::snprintf(buf, sizeof buf, "weights: read %.1f MB into memory, %d matrices in 4-row tiles for decode (--mmap "
+                    "maps the checkpoint instead)", mb, m.tiled_matrices());
   } else if (!st.mmap_reason().empty()) {  // the default chose to map; --mmap needs no notice
     std::snprintf(buf, sizeof buf, "weights: mapped from the checkpoint: %s (--no-mmap reads them into memory anyway)",
                   st.mmap_reason().c_str());

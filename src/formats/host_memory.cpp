@@ -54,6 +54,10 @@ void HugePageBuffer::make_read_only() {
   if (p_) ::mprotect(p_, len_, PROT_READ);
 }
 
+void HugePageBuffer::make_writable() {
+  if (p_) ::mprotect(p_, len_, PROT_READ | PROT_WRITE);
+}
+
 int64_t huge_page_bytes_in_use() {
   std::ifstream in("/proc/self/smaps_rollup");
   std::string line;

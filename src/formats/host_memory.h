@@ -26,8 +26,9 @@ class HugePageBuffer {
 
   uint8_t* data() const { return p_; }
   size_t size() const { return n_; }
-  // Later writes fault (used for weights once they are read).
+  // Later writes fault (used for weights once they are read) / are allowed again.
   void make_read_only();
+  void make_writable();
 
  private:
   uint8_t* p_ = nullptr;

@@ -213,6 +213,19 @@ TensorStore::TensorStore(const std::string& dir, WeightMemory mem) : dir_(dir) {
   }
 }
 
+bool SafetensorsFile::set_writable(bool writable) {
+  if (!ram_.data()) return false;
+  if (writable) ram_.make_writable();
+  else ram_.make_read_only();
+  return true;
+}
+
+bool TensorStore::set_writable(bool writable) {
+  if (memory_ != WeightMemory::Ram) return false;
+  for (auto& f : files_) f->set_writable(writable);
+  return true;
+}
+
 size_t TensorStore::file_bytes() const {
   size_t n = 0;
   for (const auto& f : files_) n += f->size();

@@ -49,6 +49,9 @@ class SafetensorsFile {
   const std::string& path() const { return path_; }
   size_t size() const { return size_; }
   const std::map<std::string, TensorView>& tensors() const { return tensors_; }
+  // WeightMemory::Ram only: lets the loader rewrite tensor bytes in place (Linear tiling), then
+  // protects them again. False, and nothing changes, for a mapped file.
+  bool set_writable(bool writable);
 
  private:
   std::string path_;
@@ -75,6 +78,8 @@ class TensorStore {
   // Mmap or Ram (what Auto resolved to), and why Auto chose Mmap ("" when it was asked for or Ram).
   WeightMemory memory() const { return memory_; }
   const std::string& mmap_reason() const { return mmap_reason_; }
+  // SafetensorsFile::set_writable on every file; false when the files are mapped.
+  bool set_writable(bool writable);
 
  private:
   std::string dir_;

@@ -16,6 +16,7 @@ namespace m3 {
 Model::Model(const std::string& dir, const ModelOptions& opt) : cfg_(ModelConfig::from_dir(dir)) {
   weights_ = std::make_unique<Weights>(cfg_, opt.weight_memory);
   if (opt.nvfp4_int8_activations) int8_matrices_ = weights_->enable_int8_activations();
+  tiled_matrices_ = weights_->tile_for_decode();
 }
 
 void Model::ensure_workspace(int64_t T) {

@@ -43,6 +43,8 @@ class Model {
 
   // Matrices switched to int8 activations at load (0 unless ModelOptions asked and NVFP4 exists).
   int int8_activation_matrices() const { return int8_matrices_; }
+  // Matrices stored in 4-row tiles for the decode step (weights read into memory; 0 when mapped).
+  int tiled_matrices() const { return tiled_matrices_; }
 
   const ModelConfig& config() const { return cfg_; }
   const Weights& weights() const { return *weights_; }
@@ -76,6 +78,7 @@ class Model {
   std::vector<AttnSeq> seqs_;
   std::vector<int> tap_layers_;
   int int8_matrices_ = 0;
+  int tiled_matrices_ = 0;
 };
 
 // Row `tok` of the embedding table as fp32 (BF16 / F16 / F32 tables).

@@ -59,6 +59,12 @@ class Weights {
   // inexact fast path, see kernels/cpu/linear.h); returns how many matrices switched.
   int enable_int8_activations();
 
+  // Weights read into memory only (WeightMemory::Ram): rewrites every matrix the decode kernels can
+  // read tiled into the 4-row tile layout (kernels/cpu/linear.h, tile_rows), in place; returns how
+  // many. Mapped checkpoints stay as the files hold them (0). Call after enable_int8_activations
+  // (int8 matrices stay row-major).
+  int tile_for_decode();
+
  private:
   std::unique_ptr<TensorStore> store_;
   const TensorView* embed_ = nullptr;

@@ -69,8 +69,9 @@ grep -q "NVFP4 matrices use int8 activations" "$TMP/i8.err" || fail "int8 activa
 "$BIN" generate --model "$TMP/m3-bf16.a" --prompt "hello" --max-tokens 2 --nvfp4-activations int8 \
   >/dev/null 2>"$TMP/i8b.err" || fail "int8 on a BF16 checkpoint failed"
 grep -q "no effect" "$TMP/i8b.err" || fail "int8 on a BF16 checkpoint: no notice"
-# Weights read into memory (--no-mmap; the default for a checkpoint this small) or mapped (--mmap):
-# bit-identical logits over a sharded checkpoint, each reported; the two flags together are refused.
+# Weights read into memory (--no-mmap; the default for a checkpoint this small; matrices then in
+# 4-row tiles) or mapped (--mmap): bit-identical logits over a sharded checkpoint, each reported; the
+# two flags together are refused.
 echo "1 2 3 4 5 6 7 8 9 10 11 12" >"$TMP/toks.txt"
 "$BIN" logits --model "$TMP/m31s.a" --tokens "$TMP/toks.txt" --out "$TMP/l.mmap" --mmap 2>"$TMP/mm.err" ||
   fail "logits --mmap: $(cat "$TMP/mm.err")"
@@ -83,6 +84,8 @@ for f in l.mmap l.ram l.auto; do [ -s "$TMP/$f" ] || fail "logits wrote no $f"; 
 cmp -s "$TMP/l.mmap" "$TMP/l.ram" || fail "--no-mmap changed the logits"
 cmp -s "$TMP/l.mmap" "$TMP/l.auto" || fail "the default weight memory changed the logits"
 grep -Eq "weights: read [0-9.]+ MB into memory" "$TMP/nm.err" || fail "--no-mmap notice: $(cat "$TMP/nm.err")"
+# in memory the matrices are rewritten into 4-row tiles for decode (and the logits above still match)
+grep -Eq " [1-9][0-9]* matrices in 4-row tiles for decode" "$TMP/nm.err" || fail "--no-mmap: no tiling: $(cat "$TMP/nm.err")"
 if grep -Eqs '\[(always|madvise)\]' /sys/kernel/mm/transparent_hugepage/enabled; then
   grep -Eq "weights: read [0-9.]+ MB into memory" "$TMP/auto.err" || fail "default: not read into memory: $(cat "$TMP/auto.err")"
 else  # without transparent huge pages the default keeps the mapping and says why

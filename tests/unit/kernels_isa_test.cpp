@@ -124,6 +124,78 @@ INSTANTIATE_TEST_SUITE_P(Formats, KernelsIsa,
                          testing::Values(m3::LinearKind::F32, m3::LinearKind::BF16, m3::LinearKind::MXFP8,
                                          m3::LinearKind::NVFP4));
 
+// The tiled layout (Linear::tiled: each 4-row tile's rows interleaved in chunks, for the decode step's
+// sequential read) changes where bytes lie, never a result: every ISA gives the same bits for one and
+// several tokens as on the row-major bytes, for full tiles and the row-major tail rows, and the
+// reference decode reads the same rows. MXFP8 runs both decode-step paths (scales on x, and the
+// per-block multiply for a matrix whose scale codes span too many values).
+TEST(KernelsIsaTiled, SameBitsAsRowMajor) {
+  std::mt19937 rng(5);
+  const int64_t N = 14, K = 256;  // 3 full tiles and 2 tail rows
+  struct Kind {
+    m3::LinearKind kind;
+    bool wide_codes;
+  };
+  for (const Kind& kd : {Kind{m3::LinearKind::MXFP8, false}, Kind{m3::LinearKind::MXFP8, true},
+                         Kind{m3::LinearKind::NVFP4, false}, Kind{m3::LinearKind::BF16, false}}) {
+    Mat m = make_matrix(kd.kind, N, K, rng);
+    if (kd.wide_codes) {
+      for (size_t i = 0; i < m.s.size(); ++i) m.s[i] = uint8_t(100 + i % 30);
+      m3::set_scale_range(m.lin);
+    }
+    Mat t = m;
+    t.lin.w = t.w.data();
+    t.lin.scales = t.s.empty() ? nullptr : t.s.data();
+    ASSERT_TRUE(m3::tile_rows(t.lin, t.w.data())) << m3::linear_kind_name(kd.kind);
+    EXPECT_TRUE(t.lin.tiled);
+    EXPECT_NE(t.w, m.w);  // the bytes did move
+    const size_t rb = m.w.size() / N;  // element bytes per row
+    EXPECT_TRUE(std::equal(t.w.end() - 2 * rb, t.w.end(), m.w.end() - 2 * rb));  // tail rows stay
+    EXPECT_FALSE(m3::tile_rows(t.lin, t.w.data()));  // once only
+    std::vector<float> dm(N * K), dt(N * K);
+    m3::linear_decode_rows(m.lin, 0, N, dm.data());
+    m3::linear_decode_rows(t.lin, 0, N, dt.data());
+    EXPECT_EQ(std::memcmp(dm.data(), dt.data(), dm.size() * 4), 0) << m3::linear_kind_name(kd.kind);
+    const int64_t T = 5;
+    std::vector<float> x(T * K);
+    std::normal_distribution<float> nd(0.f, 1.f);
+    for (auto& v : x) v = nd(rng);
+    for (const char* isa : {"generic", "avx2", "avx512"}) {
+      const m3::CpuOps* ops = m3::cpu_ops_for(isa);
+      if (!ops) continue;
+      std::vector<float> scratch(m3::kLinearTileRows * K);
+      for (int64_t tok : {int64_t(1), T}) {
+        std::vector<float> ym(tok * N), yt(tok * N);
+        ops->linear_rows(m.lin, x.data(), tok, ym.data(), 0, N, scratch.data());
+        ops->linear_rows(t.lin, x.data(), tok, yt.data(), 0, N, scratch.data());
+        for (int64_t i = 0; i < tok * N; ++i)
+          EXPECT_EQ(std::memcmp(&ym[i], &yt[i], 4), 0)
+              << isa << " " << m3::linear_kind_name(kd.kind) << (kd.wide_codes ? " (wide codes)" : "") << " T=" << tok
+              << " output " << i << ": " << ym[i] << " vs " << yt[i];
+      }
+    }
+    std::vector<float> y1(N), y2(N);
+    m3::linear_forward(m.lin, x.data(), 1, y1.data());
+    m3::linear_forward(t.lin, x.data(), 1, y2.data());
+    EXPECT_EQ(std::memcmp(y1.data(), y2.data(), N * 4), 0);
+  }
+  // Not tiled: plain fp32, NVFP4 whose in-features are no whole 32-element chunks, int8 activations,
+  // fewer than 4 rows.
+  Mat f = make_matrix(m3::LinearKind::F32, 8, 64, rng);
+  EXPECT_FALSE(m3::tile_rows(f.lin, f.w.data()));
+  Mat n48 = make_matrix(m3::LinearKind::NVFP4, 8, 48, rng);
+  EXPECT_FALSE(m3::tile_rows(n48.lin, n48.w.data()));
+  Mat q8 = make_matrix(m3::LinearKind::NVFP4, 8, 128, rng);
+  ASSERT_TRUE(m3::enable_int8_activations(q8.lin));
+  EXPECT_FALSE(m3::tile_rows(q8.lin, q8.w.data()));
+  Mat small = make_matrix(m3::LinearKind::MXFP8, 3, 64, rng);
+  EXPECT_FALSE(m3::tile_rows(small.lin, small.w.data()));
+  // and a tiled matrix keeps the exact path
+  Mat nt = make_matrix(m3::LinearKind::NVFP4, 8, 128, rng);
+  ASSERT_TRUE(m3::tile_rows(nt.lin, nt.w.data()));
+  EXPECT_FALSE(m3::enable_int8_activations(nt.lin));
+}
+
 // The MXFP8 decode step applies the block scales to copies of x (one per scale code) when that is
 // exact: the decision follows the exponent range of x and of the codes, and on either side of it the
 // one-token result equals the batched path's bit for bit (near overflow, near the subnormal range,

@@ -69,8 +69,38 @@ bool mxfp8_prescale_exact(const float* x, int64_t K, int lo, int hi) {
   return emax <= 254 && int(emax) + hi - 7 <= 254 && int(emin) + lo - 7 >= 1;
 }
 
+int64_t tile_chunk_bytes(const Linear& W) {
+  switch (W.kind) {
+    case LinearKind::MXFP8: return W.K % 32 == 0 ? 32 : 0;
+    case LinearKind::NVFP4: return W.K % 32 == 0 && !W.act_int8 ? 16 : 0;
+    case LinearKind::BF16: return W.K % 8 == 0 ? 16 : 0;
+    default: return 0;
+  }
+}
+
+bool tile_rows(Linear& W, uint8_t* bytes) {
+  const int64_t cb = tile_chunk_bytes(W);
+  if (cb == 0 || W.N < kLinearTileRows || W.tiled || bytes != W.w) return false;
+  const int64_t rb = W.kind == LinearKind::MXFP8 ? W.K : W.kind == LinearKind::NVFP4 ? W.K / 2 : 2 * W.K;
+  const int64_t tiles = W.N / kLinearTileRows, chunks = rb / cb;
+#pragma omp parallel
+  {
+    std::vector<uint8_t> tile(size_t(kLinearTileRows * rb));  // once per thread, at load
+#pragma omp for schedule(static)
+    for (int64_t t = 0; t < tiles; ++t) {
+      uint8_t* dst = bytes + t * kLinearTileRows * rb;
+      std::memcpy(tile.data(), dst, tile.size());
+      for (int64_t c = 0; c < chunks; ++c)
+        for (int i = 0; i < kLinearTileRows; ++i)
+          std::memcpy(dst + (c * kLinearTileRows + i) * cb, tile.data() + i * rb + c * cb, size_t(cb));
+    }
+  }
+  W.tiled = true;
+  return true;
+}
+
 bool enable_int8_activations(Linear& W) {
-  if (W.kind != LinearKind::NVFP4 || W.K % 128 != 0) return false;
+  if (W.kind != LinearKind::NVFP4 || W.K % 128 != 0 || W.tiled) return false;
   W.act_int8 = true;
   return true;
 }
