@@ -105,42 +105,33 @@ Weights::Weights(const ModelConfig& cfg, WeightMemory mem) {
   }
 }
 
-int Weights::tile_for_decode() {
-  if (!store_->set_writable(true)) return 0;
-  int n = 0;
-  // The pointers come from the store's own (now writable) memory.
-  auto one = [&](Linear& W) { n += tile_rows(W, const_cast<uint8_t*>(W.w)) ? 1 : 0; };
+void Weights::for_each_linear(const std::function<void(Linear&)>& fn) {
   auto mlp = [&](ExpertWeights& X) {
-    one(X.gate);
-    one(X.up);
-    one(X.down);
+    fn(X.gate);
+    fn(X.up);
+    fn(X.down);
   };
-  one(lm_head_);
+  fn(lm_head_);
   for (LayerWeights& L : layers_) {
-    for (Linear* W : {&L.attn.q, &L.attn.k, &L.attn.v, &L.attn.o, &L.attn.index_q, &L.attn.index_k}) one(*W);
+    for (Linear* W : {&L.attn.q, &L.attn.k, &L.attn.v, &L.attn.o, &L.attn.index_q, &L.attn.index_k}) fn(*W);
     mlp(L.mlp);
     mlp(L.shared);
     for (ExpertWeights& X : L.experts) mlp(X);
   }
+}
+
+int Weights::tile_for_decode() {
+  if (!store_->set_writable(true)) return 0;
+  int n = 0;
+  // The pointers come from the store's own (now writable) memory.
+  for_each_linear([&](Linear& W) { n += tile_rows(W, const_cast<uint8_t*>(W.w)) ? 1 : 0; });
   store_->set_writable(false);
   return n;
 }
 
 int Weights::enable_int8_activations() {
   int n = 0;
-  auto one = [&](Linear& W) { n += m3::enable_int8_activations(W) ? 1 : 0; };
-  auto mlp = [&](ExpertWeights& X) {
-    one(X.gate);
-    one(X.up);
-    one(X.down);
-  };
-  one(lm_head_);
-  for (LayerWeights& L : layers_) {
-    for (Linear* W : {&L.attn.q, &L.attn.k, &L.attn.v, &L.attn.o, &L.attn.index_q, &L.attn.index_k}) one(*W);
-    mlp(L.mlp);
-    mlp(L.shared);
-    for (ExpertWeights& X : L.experts) mlp(X);
-  }
+  for_each_linear([&](Linear& W) { n += m3::enable_int8_activations(W) ? 1 : 0; });
   return n;
 }
 

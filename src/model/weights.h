@@ -3,6 +3,7 @@
 // linears stay in their checkpoint encoding (MXFP8 / NVFP4) and are decoded inside the kernels;
 // only small vectors (norm gammas as 1+w, routers) are converted to fp32 once at load.
 #pragma once
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -66,6 +67,9 @@ class Weights {
   int tile_for_decode();
 
  private:
+  // Every matrix of the model (empty ones included: the callers' operations skip them).
+  void for_each_linear(const std::function<void(Linear&)>& fn);
+
   std::unique_ptr<TensorStore> store_;
   const TensorView* embed_ = nullptr;
   Linear lm_head_;

@@ -232,16 +232,18 @@ TEST(KernelsIsaMxfp8, PrescaledActivationsExactOrNotTaken) {
   const int64_t N = 12, Kb = 256;
   // Codes 110..123 (copies of x scaled by 2^103 .. 2^116; block 0, element 5's, holds the largest)
   // and codes 2..15 (2^-5 .. 2^8; block 0 holds the smallest): the overflow and the underflow side.
-  Mat m = make_matrix(m3::LinearKind::MXFP8, N, Kb, rng);
-  for (auto& c : m.s) c = uint8_t(c - 10);
-  for (int64_t n = 0; n < N; ++n) m.s[n * (Kb / 32)] = 123;
-  m3::set_scale_range(m.lin);
+  // make_matrix draws codes 120..133; `shift` moves them, block 0 of every row gets `block0`.
+  auto coded = [&](int shift, uint8_t block0) {
+    Mat mat = make_matrix(m3::LinearKind::MXFP8, N, Kb, rng);
+    for (auto& c : mat.s) c = uint8_t(c + shift);
+    for (int64_t n = 0; n < N; ++n) mat.s[n * (Kb / 32)] = block0;
+    m3::set_scale_range(mat.lin);
+    return mat;
+  };
+  Mat m = coded(-10, 123);
   ASSERT_EQ(m.lin.scale_lo, 110);
   ASSERT_EQ(m.lin.scale_hi, 123);
-  Mat low = make_matrix(m3::LinearKind::MXFP8, N, Kb, rng);
-  for (auto& c : low.s) c = uint8_t(c - 118);
-  for (int64_t n = 0; n < N; ++n) low.s[n * (Kb / 32)] = 2;
-  m3::set_scale_range(low.lin);
+  Mat low = coded(-118, 2);
   ASSERT_EQ(low.lin.scale_lo, 2);
   ASSERT_EQ(low.lin.scale_hi, 15);
   Mat wide = make_matrix(m3::LinearKind::MXFP8, N, Kb, rng);
