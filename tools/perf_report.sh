@@ -6,7 +6,8 @@
 # and runs `bench serve` (random 1024 in / 128 out) at concurrency 1, 8 and 32 (server and roofline with
 # OMP_WAIT_POLICY=active unless set). Not part of `make test` (about 20 minutes on 2 cores).
 # Usage: tools/perf_report.sh [m3serve] [workdir]
-#   (RUNS=3, RUNS=0 skips the roofline runs, LONG=1 adds decode after a real 16K-token prompt, SERVE=0
+#   (RUNS=3, RUNS=0 skips the roofline runs, LONG=1 adds decode after a real 16K-token prompt (LONG_VARIANTS,
+#    LONG_FLAGS: see below), SERVE=0
 #    skips bench serve, SERVE_ACT=int8 serves with --nvfp4-activations int8, SERVE_FLAGS=--mmap adds
 #    flags to serve, PORT=8011, VARIANTS="layout:act[:map] ..." chooses the roofline variants)
 set -euo pipefail
@@ -59,9 +60,11 @@ for v in $VARIANTS; do
 done
 echo "full reports: $WORK/roof.*.txt"
 
-# LONG=1: decode through the engine after a real 16K-token prompt and after a 504-token one (m31, exact
-# and int8; about 6 minutes): deterministic word salad, cut to 22,487 and 700 characters (16304 and 504
-# tokens with the mid preset's tokenizer).
+# LONG=1: decode through the engine after a real 16K-token prompt and after a 504-token one (by default
+# m31 with int8 and exact activations, about 6 minutes; LONG_VARIANTS="layout:act ..." chooses, e.g.
+# "m3-mxfp8:fp32", LONG_FLAGS adds generate flags such as the recipe's caches: --kv-cache-dtype nvfp4
+# --attention-config '{"indexer_kv_dtype":"nvfp4"}'): deterministic word salad, cut to 22,487 and 700
+# characters (16304 and 504 tokens with the mid preset's tokenizer).
 if [ "${LONG:-0}" = 1 ]; then
   python3 - "$WORK" <<'PY'
 import random, sys
@@ -71,11 +74,13 @@ t = " ".join(random.choice(w) + str(random.randint(0, 99)) for _ in range(6000))
 open(sys.argv[1] + "/long.txt", "w").write(t[:22487])
 open(sys.argv[1] + "/short.txt", "w").write(t[:700])
 PY
-  for act in int8 fp32; do
+  for v in ${LONG_VARIANTS:-m31:int8 m31:fp32}; do
+    layout=${v%%:*} act=${v#*:}
     for p in short long; do
-      echo "m31 $act, $p prompt:"
-      "$BIN" generate --model "$WORK/mid-m31" --prompt "$(cat "$WORK/$p.txt")" --max-tokens 64 --ignore-eos \
-        --kv-cache-memory 2 --nvfp4-activations "$act" 2>&1 >/dev/null | grep "prompt"
+      echo "$layout $act ${LONG_FLAGS:-}, $p prompt:"
+      # shellcheck disable=SC2086
+      "$BIN" generate --model "$WORK/mid-$layout" --prompt "$(cat "$WORK/$p.txt")" --max-tokens 64 --ignore-eos \
+        --kv-cache-memory 2 --nvfp4-activations "$act" ${LONG_FLAGS:-} 2>&1 >/dev/null | grep "prompt"
     done
   done
 fi

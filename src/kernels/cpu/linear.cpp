@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 #include "kernels/cpu/dispatch.h"
@@ -83,17 +84,26 @@ bool tile_rows(Linear& W, uint8_t* bytes) {
   if (cb == 0 || W.N < kLinearTileRows || W.tiled || bytes != W.w) return false;
   const int64_t rb = W.kind == LinearKind::MXFP8 ? W.K : W.kind == LinearKind::NVFP4 ? W.K / 2 : 2 * W.K;
   const int64_t tiles = W.N / kLinearTileRows, chunks = rb / cb;
-#pragma omp parallel
-  {
-    std::vector<uint8_t> tile(size_t(kLinearTileRows * rb));  // once per thread, at load
-#pragma omp for schedule(static)
-    for (int64_t t = 0; t < tiles; ++t) {
+  auto rewrite = [&](int64_t t0, int64_t t1) {
+    std::vector<uint8_t> tile(size_t(kLinearTileRows * rb));  // once per thread and matrix, at load
+    for (int64_t t = t0; t < t1; ++t) {
       uint8_t* dst = bytes + t * kLinearTileRows * rb;
       std::memcpy(tile.data(), dst, tile.size());
       for (int64_t c = 0; c < chunks; ++c)
         for (int i = 0; i < kLinearTileRows; ++i)
           std::memcpy(dst + (c * kLinearTileRows + i) * cb, tile.data() + i * rb + c * cb, size_t(cb));
     }
+  };
+  // Plain threads, not OpenMP: the loading thread is often not the one that runs the model (serve's
+  // engine thread), and an OpenMP team created here would keep a worker spinning beside the engine's
+  // under OMP_WAIT_POLICY=active (measured: one core busy while the server idled).
+  const int64_t nt = std::min<int64_t>(std::max(1u, std::thread::hardware_concurrency()), (tiles + 63) / 64);
+  if (nt <= 1) {
+    rewrite(0, tiles);
+  } else {
+    std::vector<std::thread> pool;
+    for (int64_t k = 0; k < nt; ++k) pool.emplace_back(rewrite, tiles * k / nt, tiles * (k + 1) / nt);
+    for (auto& th : pool) th.join();
   }
   W.tiled = true;
   return true;
