@@ -5,8 +5,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <limits>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "formats/dtype.h"
@@ -194,6 +196,34 @@ TEST(KernelsIsaTiled, SameBitsAsRowMajor) {
   Mat nt = make_matrix(m3::LinearKind::NVFP4, 8, 128, rng);
   ASSERT_TRUE(m3::tile_rows(nt.lin, nt.w.data()));
   EXPECT_FALSE(m3::enable_int8_activations(nt.lin));
+}
+
+// Tiling runs at load on the loading thread, which is often not the one that runs the model (serve's
+// engine thread): it must leave no threads behind (an OpenMP team would, with a worker spinning beside
+// the engine's under OMP_WAIT_POLICY=active). Checked from a fresh thread, which has no team yet.
+TEST(KernelsIsaTiled, LeavesNoThreadsBehind) {
+  auto threads = [] {
+    int n = 0;
+    for (const auto& e : std::filesystem::directory_iterator("/proc/self/task")) n += e.is_directory() ? 1 : 0;
+    return n;
+  };
+  std::mt19937 rng(9);
+  Mat m = make_matrix(m3::LinearKind::MXFP8, 1024, 256, rng);  // 256 tiles: worth several threads
+  int before = 0, after = 0;
+  bool tiled = false;
+  std::thread loader([&] {
+    before = threads();
+    tiled = m3::tile_rows(m.lin, m.w.data());
+    after = threads();
+    // joined helper threads leave /proc as they finish exiting; a bounded wait for that, not a sleep
+    for (int i = 0; i < 100000 && after > before; ++i) {
+      std::this_thread::yield();
+      after = threads();
+    }
+  });
+  loader.join();
+  EXPECT_TRUE(tiled);
+  EXPECT_EQ(after, before) << "threads left running after tile_rows";
 }
 
 // The MXFP8 decode step applies the block scales to copies of x (one per scale code) when that is
