@@ -42,22 +42,21 @@ std::string describe_model_flags(const ModelFlags& f, const Model& m) {
              " NVFP4 matrices use int8 activations (per-16 scales; not bit-exact with the fp32 path)";
   }
   const TensorStore& st = m.weights().store();
-  const double mb = double(st.file_bytes()) / 1e6;
-  char buf[384] = "";
+  std::string where;
   if (st.memory() == WeightMemory::Ram) {
-    const int64_t huge = huge_page_bytes_in_use();
-    if (huge >= 0)
-      std::snprintf(buf, sizeof buf, "weights: read %.1f MB into memory, %.1f MB of this process on transparent huge "
-                    "pages, %d matrices in 4-row tiles for decode (--mmap maps the checkpoint instead)", mb,
-                    double(huge) / 1e6, m.tiled_matrices());
-    else
-      std::snprintf(buf, sizeof buf, "weights: read %.1f MB into memory, %d matrices in 4-row tiles for decode (--mmap "
-                    "maps the checkpoint instead)", mb, m.tiled_matrices());
+    char buf[96];
+    std::snprintf(buf, sizeof buf, "weights: read %.1f MB into memory", double(st.file_bytes()) / 1e6);
+    where = buf;
+    if (const int64_t huge = huge_page_bytes_in_use(); huge >= 0) {
+      std::snprintf(buf, sizeof buf, ", %.1f MB of this process on transparent huge pages", double(huge) / 1e6);
+      where += buf;
+    }
+    where += ", " + std::to_string(m.tiled_matrices()) +
+             " matrices in 4-row tiles for decode (--mmap maps the checkpoint instead)";
   } else if (!st.mmap_reason().empty()) {  // the default chose to map; --mmap needs no notice
-    std::snprintf(buf, sizeof buf, "weights: mapped from the checkpoint: %s (--no-mmap reads them into memory anyway)",
-                  st.mmap_reason().c_str());
+    where = "weights: mapped from the checkpoint: " + st.mmap_reason() + " (--no-mmap reads them into memory anyway)";
   }
-  if (buf[0]) out = std::string(buf) + (out.empty() ? "" : "\n" + out);
+  if (!where.empty()) out = where + (out.empty() ? "" : "\n" + out);
   return out;
 }
 

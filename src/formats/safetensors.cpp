@@ -213,11 +213,9 @@ TensorStore::TensorStore(const std::string& dir, WeightMemory mem) : dir_(dir) {
   }
 }
 
-bool SafetensorsFile::set_writable(bool writable) {
-  if (!ram_.data()) return false;
+void SafetensorsFile::set_writable(bool writable) {
   if (writable) ram_.make_writable();
   else ram_.make_read_only();
-  return true;
 }
 
 bool TensorStore::set_writable(bool writable) {

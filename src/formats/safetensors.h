@@ -50,8 +50,8 @@ class SafetensorsFile {
   size_t size() const { return size_; }
   const std::map<std::string, TensorView>& tensors() const { return tensors_; }
   // WeightMemory::Ram only: lets the loader rewrite tensor bytes in place (Linear tiling), then
-  // protects them again. False, and nothing changes, for a mapped file.
-  bool set_writable(bool writable);
+  // protects them again; a mapped file is left as it is.
+  void set_writable(bool writable);
 
  private:
   std::string path_;

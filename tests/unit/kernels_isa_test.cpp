@@ -151,7 +151,7 @@ TEST(KernelsIsaTiled, SameBitsAsRowMajor) {
     ASSERT_TRUE(m3::tile_rows(t.lin, t.w.data())) << m3::linear_kind_name(kd.kind);
     EXPECT_TRUE(t.lin.tiled);
     EXPECT_NE(t.w, m.w);  // the bytes did move
-    const size_t rb = m.w.size() / N;  // element bytes per row
+    const size_t rb = m.lin.element_row_bytes();
     EXPECT_TRUE(std::equal(t.w.end() - 2 * rb, t.w.end(), m.w.end() - 2 * rb));  // tail rows stay
     EXPECT_FALSE(m3::tile_rows(t.lin, t.w.data()));  // once only
     std::vector<float> dm(N * K), dt(N * K);

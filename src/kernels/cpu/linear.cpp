@@ -39,6 +39,18 @@ size_t Linear::bytes() const {
   return 0;
 }
 
+size_t Linear::element_row_bytes() const {
+  switch (kind) {
+    case LinearKind::None: return 0;
+    case LinearKind::F32: return size_t(K) * 4;
+    case LinearKind::BF16:
+    case LinearKind::F16: return size_t(K) * 2;
+    case LinearKind::MXFP8: return size_t(K);
+    case LinearKind::NVFP4: return size_t(K) / 2;
+  }
+  return 0;
+}
+
 void set_scale_range(Linear& W) {
   if (W.kind != LinearKind::MXFP8 || !W.scales) return;
   const size_t n = size_t(W.N) * size_t(W.K / 32);
@@ -82,7 +94,7 @@ int64_t tile_chunk_bytes(const Linear& W) {
 bool tile_rows(Linear& W, uint8_t* bytes) {
   const int64_t cb = tile_chunk_bytes(W);
   if (cb == 0 || W.N < kLinearTileRows || W.tiled || bytes != W.w) return false;
-  const int64_t rb = W.kind == LinearKind::MXFP8 ? W.K : W.kind == LinearKind::NVFP4 ? W.K / 2 : 2 * W.K;
+  const int64_t rb = int64_t(W.element_row_bytes());
   const int64_t tiles = W.N / kLinearTileRows, chunks = rb / cb;
   auto rewrite = [&](int64_t t0, int64_t t1) {
     std::vector<uint8_t> tile(size_t(kLinearTileRows * rb));  // once per thread and matrix, at load

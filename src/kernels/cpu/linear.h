@@ -35,6 +35,7 @@ struct Linear {
   bool empty() const { return kind == LinearKind::None; }
   size_t bytes() const;  // bytes read for one full pass over the matrix
   size_t row_bytes() const { return N ? bytes() / size_t(N) : 0; }
+  size_t element_row_bytes() const;  // one row's element bytes (no scales)
 };
 
 // Records an MXFP8 matrix's scale-code range (scale_lo, scale_hi); other formats are left as they are.
