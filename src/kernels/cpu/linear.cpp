@@ -65,10 +65,7 @@ void set_scale_range(Linear& W) {
 }
 
 bool mxfp8_prescale_exact(const float* x, int64_t K, int lo, int hi) {
-  if (lo < 0 || hi > kMxfp8PrescaleMaxCode || lo > hi) return false;
-  // x * 2^j with j = c - 7 is exact iff the result's exponent field stays in [1, 254] (no overflow,
-  // no rounding to a subnormal; a subnormal x scaled up is exact), so the extreme exponent fields of
-  // the nonzero x decide for every c. Integer loop over the bit patterns (vectorises; no libm).
+  // Integer loop over the bit patterns (no libm).
   uint32_t emax = 0, emin = 255;
   for (int64_t k = 0; k < K; ++k) {
     uint32_t u;
@@ -78,6 +75,14 @@ bool mxfp8_prescale_exact(const float* x, int64_t K, int lo, int hi) {
     emax = std::max(emax, e);
     emin = std::min(emin, u ? e : 255u);
   }
+  return mxfp8_prescale_exact_fields(emin, emax, lo, hi);
+}
+
+bool mxfp8_prescale_exact_fields(uint32_t emin, uint32_t emax, int lo, int hi) {
+  if (lo < 0 || hi > kMxfp8PrescaleMaxCode || lo > hi) return false;
+  // x * 2^j with j = c - 7 is exact iff the result's exponent field stays in [1, 254] (no overflow,
+  // no rounding to a subnormal; a subnormal x scaled up is exact), so the extreme exponent fields of
+  // the nonzero x decide for every c.
   if (emin == 255) return emax < 255;  // all zero (or only inf / NaN, rejected)
   return emax <= 254 && int(emax) + hi - 7 <= 254 && int(emin) + lo - 7 >= 1;
 }

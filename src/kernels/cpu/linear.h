@@ -51,6 +51,10 @@ constexpr int kMxfp8PrescaleMaxCode = 134;
 // Whether x[0, K) times 2^(c - 7) is exact (no overflow, no result below the normal range, no
 // NaN) for every code c in [lo, hi].
 bool mxfp8_prescale_exact(const float* x, int64_t K, int lo, int hi);
+// The same decision from x's extreme exponent fields: emax over all elements (255 when one is inf or
+// NaN), emin over the nonzero ones (255 when every element is zero). The decode kernels find both with
+// a vector scan (speed: the scalar scan took 2.3 us per 2048-float x, once per matrix and thread).
+bool mxfp8_prescale_exact_fields(uint32_t emin, uint32_t emax, int lo, int hi);
 
 // Bytes per chunk of the tiled layout for this matrix, 0 when it is not tiled (F32 / F16, int8
 // activations, or in-features the decode kernels would not read in whole chunks): MXFP8 32 (one
