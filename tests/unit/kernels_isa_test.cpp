@@ -320,6 +320,51 @@ TEST(KernelsIsaMxfp8, PrescaledActivationsExactOrNotTaken) {
   }
 }
 
+// The NVFP4 decode step (one token) multiplies the E2M1 integers, placed in the top byte of each lane,
+// by scales carrying a 2^-24; the result equals the batched path's bit for bit: with an odd number of
+// blocks per row (the last block takes the unplaced decode), with scales near the bottom of the normal
+// range, and with a global divisor so large that the 2^-24 would lose bits (the step then takes the
+// general path). Each case also stays close to a double-precision reference.
+TEST(KernelsIsaNvfp4, DecodeStepSameBitsAsBatched) {
+  std::mt19937 rng(5);
+  struct Case {
+    const char* what;
+    int64_t K;
+    float global_div;
+  };
+  const std::vector<Case> cases = {{"even blocks", 256, 37.5f},
+                                   {"odd blocks", 272, 37.5f},
+                                   {"small scales", 256, std::ldexp(1.37f, 80)},
+                                   {"scales below 2^-102", 256, std::ldexp(1.37f, 100)}};
+  for (const Case& c : cases) {
+    const int64_t N = 13, K = c.K;
+    Mat m = make_matrix(m3::LinearKind::NVFP4, N, K, rng);
+    m.lin.global_div = c.global_div;
+    std::vector<float> x(2 * K);
+    std::normal_distribution<float> nd(0.f, 1.f);
+    for (int64_t k = 0; k < K; ++k) x[k] = x[K + k] = nd(rng);
+    std::vector<float> wf(N * K);
+    m3::linear_decode_rows(m.lin, 0, N, wf.data());
+    for (const char* isa : {"generic", "avx2", "avx512"}) {
+      const m3::CpuOps* ops = m3::cpu_ops_for(isa);
+      if (!ops) continue;
+      std::vector<float> y1(N), y2(2 * N), scratch(m3::kLinearTileRows * K);
+      ops->linear_rows(m.lin, x.data(), 1, y1.data(), 0, N, scratch.data());
+      ops->linear_rows(m.lin, x.data(), 2, y2.data(), 0, N, scratch.data());
+      for (int64_t n = 0; n < N; ++n) {
+        double ref = 0, mag = 0;
+        for (int64_t k = 0; k < K; ++k) {
+          ref += double(x[k]) * wf[n * K + k];
+          mag += std::fabs(double(x[k]) * wf[n * K + k]);
+        }
+        EXPECT_EQ(std::memcmp(&y1[n], &y2[n], 4), 0) << isa << " " << c.what << " row " << n << ": " << y1[n] << " vs "
+                                                     << y2[n];
+        EXPECT_NEAR(y1[n], ref, 4e-6 * mag + 1e-37) << isa << " " << c.what << " row " << n;
+      }
+    }
+  }
+}
+
 // NVFP4 with int8 activations (the opt-in path): every ISA computes the same documented arithmetic
 // bit for bit, whatever the number of tokens in the step; the result is the exact dot product of the
 // int8-rounded activations with the weights (up to fp32 rounding), and its distance from the exact
