@@ -107,8 +107,14 @@ bool tile_rows(Linear& W, uint8_t* bytes) {
       uint8_t* dst = bytes + t * kLinearTileRows * rb;
       std::memcpy(tile.data(), dst, tile.size());
       for (int64_t c = 0; c < chunks; ++c)
-        for (int i = 0; i < kLinearTileRows; ++i)
-          std::memcpy(dst + (c * kLinearTileRows + i) * cb, tile.data() + i * rb + c * cb, size_t(cb));
+        for (int i = 0; i < kLinearTileRows; ++i) {
+          uint8_t* out = dst + (c * kLinearTileRows + i) * cb;
+          const uint8_t* in = tile.data() + i * rb + c * cb;
+          if (W.kind == LinearKind::NVFP4)
+            nvfp4_chunk_nibbles(in, out, true);
+          else
+            std::memcpy(out, in, size_t(cb));
+        }
     }
   };
   // Plain threads, not OpenMP: the loading thread is often not the one that runs the model (serve's
@@ -124,6 +130,16 @@ bool tile_rows(Linear& W, uint8_t* bytes) {
   }
   W.tiled = true;
   return true;
+}
+
+void nvfp4_chunk_nibbles(const uint8_t* in, uint8_t* out, bool to_tiled) {
+  auto code = [](const uint8_t* b, int e) { return (b[e / 2] >> (4 * (e % 2))) & 0x0f; };  // checkpoint order
+  if (to_tiled) {
+    for (int j = 0; j < 16; ++j) out[j] = uint8_t(code(in, j) | code(in, 16 + j) << 4);
+    return;
+  }
+  auto tiled_code = [&](int e) { return e < 16 ? in[e] & 0x0f : in[e - 16] >> 4; };
+  for (int j = 0; j < 16; ++j) out[j] = uint8_t(tiled_code(2 * j) | tiled_code(2 * j + 1) << 4);
 }
 
 bool enable_int8_activations(Linear& W) {

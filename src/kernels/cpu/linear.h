@@ -26,7 +26,10 @@ struct Linear {
   uint8_t scale_lo = 0, scale_hi = 255;
   // Element bytes of each full 4-row tile (rows 4t..4t+3, t < N / 4) interleaved in chunks of
   // tile_chunk_bytes: chunk c of row 0, of row 1, of row 2, of row 3, then chunk c + 1 ... Rows past the
-  // last full tile stay row-major; scales always do. Set by tile_rows on weights read into memory
+  // last full tile stay row-major; scales always do. NVFP4 chunks (32 elements) also hold their nibbles
+  // block-major: byte j's low nibble is element j, its high nibble element 16 + j (the checkpoint's
+  // order is element 2j low, 2j + 1 high), so the decode step reads each block's codes without
+  // interleaving them (nvfp4_chunk_nibbles). Set by tile_rows on weights read into memory
   // (speed: the decode step then reads each tile as one sequential stream; four streams a row apart
   // read 25-30% slower on this machine, see tile_rows).
   bool tiled = false;
@@ -69,6 +72,9 @@ int64_t tile_chunk_bytes(const Linear& W);
 // 26.5-28.3 GB/s median; MXFP8 / NVFP4 matrices unchanged within noise (their kernels, not the
 // stream, set the pace there).
 bool tile_rows(Linear& W, uint8_t* bytes);
+// One NVFP4 chunk (16 bytes, 32 elements) from the checkpoint's nibble order to the tiled one
+// (to_tiled) or back.
+void nvfp4_chunk_nibbles(const uint8_t* in, uint8_t* out, bool to_tiled);
 
 // Switches an NVFP4 matrix to int8 activations when its K is a multiple of 128 and it is not tiled;
 // returns whether it did (other formats and shapes keep the exact path).
