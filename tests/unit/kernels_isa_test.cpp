@@ -279,6 +279,13 @@ TEST(KernelsIsaMxfp8, PrescaledActivationsExactOrNotTaken) {
   Mat wide = make_matrix(m3::LinearKind::MXFP8, N, Kb, rng);
   for (size_t i = 0; i < wide.s.size(); i += 7) wide.s[i] = uint8_t(100 + i % 40);  // 40 codes: not taken
   m3::set_scale_range(wide.lin);
+  // 35 codes up to kMxfp8PrescaleMaxCode: no copies of x either, but the decode step multiplies each
+  // placed weight by 2^(code - 7) instead of widening through FP16.
+  Mat wide134 = make_matrix(m3::LinearKind::MXFP8, N, Kb, rng);
+  for (size_t i = 0; i < wide134.s.size(); ++i) wide134.s[i] = uint8_t(100 + (i * 13) % 35);
+  m3::set_scale_range(wide134.lin);
+  ASSERT_EQ(wide134.lin.scale_lo, 100);
+  ASSERT_EQ(wide134.lin.scale_hi, m3::kMxfp8PrescaleMaxCode);
   std::normal_distribution<float> nd(0.f, 1.f);
   auto same_bits = [](float a, float b) { return std::memcmp(&a, &b, 4) == 0 || (a != a && b != b); };
   const float low_bit = 1.0f + std::ldexp(1.0f, -23);  // a mantissa that rounding would change
@@ -302,7 +309,7 @@ TEST(KernelsIsaMxfp8, PrescaledActivationsExactOrNotTaken) {
   for (const char* isa : {"generic", "avx2", "avx512"}) {
     const m3::CpuOps* ops = m3::cpu_ops_for(isa);
     if (!ops) continue;
-    for (const Mat* mat : {&m, &low, &wide}) {
+    for (const Mat* mat : {&m, &low, &wide, &wide134}) {
       for (const Case& c : mat == &low ? low_cases : high_cases) {
         std::vector<float> xx(2 * Kb);
         for (int64_t k = 0; k < Kb; ++k) xx[k] = nd(rng) * 1e-3f;
@@ -314,7 +321,7 @@ TEST(KernelsIsaMxfp8, PrescaledActivationsExactOrNotTaken) {
         ops->linear_rows(mat->lin, xx.data(), 1, y1.data(), 0, N, scratch.data());
         for (int64_t n = 0; n < N; ++n)
           EXPECT_TRUE(same_bits(y1[n], y2[n])) << isa << " " << c.what << " row " << n << ": " << y1[n] << " vs "
-                                               << y2[n] << (mat == &wide ? " (wide codes)" : "");
+                                               << y2[n] << (mat == &wide ? " (wide codes)" : mat == &wide134 ? " (35 codes)" : "");
       }
     }
   }
