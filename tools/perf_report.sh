@@ -79,7 +79,7 @@ PY
     for p in short long; do
       echo "$layout $act ${LONG_FLAGS:-}, $p prompt:"
       # shellcheck disable=SC2086
-      "$BIN" generate --model "$WORK/mid-$layout" --prompt "$(cat "$WORK/$p.txt")" --max-tokens 64 --ignore-eos \
+      "$BIN" generate --model "$WORK/mid-$layout" --prompt "$(cat "$WORK/$p.txt")" --max-tokens 400 --ignore-eos \
         --kv-cache-memory 2 --nvfp4-activations "$act" ${LONG_FLAGS:-} 2>&1 >/dev/null | grep "prompt"
     done
   done
