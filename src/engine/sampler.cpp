@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "formats/error.h"
 
@@ -56,6 +57,36 @@ static int64_t argmax_lowest(const float* x, int64_t V) {
   return best;
 }
 
+// The order std::sort with by_logit gives (descending logit, ascending id among equal logits, -0 equal
+// to +0), by a stable LSD radix sort on an order-preserving 32-bit key of the logit: the entries arrive
+// in id order and stay in it among equal keys. Hand-written for speed: std::sort took 2.8 ms for the
+// 32768-entry mid vocabulary and 19 ms for the 200064-entry o200k one on this machine, per sampled
+// token with top-p; three 11-bit passes are linear in the vocabulary.
+void Sampler::sort_by_logit(std::vector<std::pair<float, int32_t>>& a, std::vector<std::pair<float, int32_t>>& tmp) {
+  auto key = [](float f) {
+    uint32_t u;
+    std::memcpy(&u, &f, 4);
+    if (u == 0x80000000u) u = 0;                                    // -0 sorts as +0
+    const uint32_t ascending = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+    return ~ascending;                                              // ascending key = descending logit
+  };
+  constexpr int kBits = 11;
+  constexpr uint32_t kMask = (1u << kBits) - 1;
+  tmp.resize(a.size());
+  for (int shift = 0; shift < 32; shift += kBits) {
+    uint32_t start[1u << kBits] = {};
+    for (const auto& e : a) ++start[(key(e.first) >> shift) & kMask];
+    uint32_t sum = 0;
+    for (uint32_t& c : start) {
+      const uint32_t n = c;
+      c = sum;
+      sum += n;
+    }
+    for (const auto& e : a) tmp[start[(key(e.first) >> shift) & kMask]++] = e;
+    a.swap(tmp);
+  }
+}
+
 int64_t Sampler::candidates(const float* x, int64_t V) {
   cand_.resize(size_t(V));
   for (int64_t i = 0; i < V; ++i) cand_[i] = {x[i], int32_t(i)};
@@ -65,7 +96,7 @@ int64_t Sampler::candidates(const float* x, int64_t V) {
     std::partial_sort(cand_.begin(), cand_.begin() + p_.top_k, cand_.end(), by_logit);
     n = p_.top_k;
   } else {
-    std::sort(cand_.begin(), cand_.end(), by_logit);
+    sort_by_logit(cand_, tmp_);
   }
   const double mx = cand_[0].first;
   prob_.resize(size_t(n));

@@ -63,6 +63,10 @@ class Sampler {
 
   const SamplingParams& params() const { return p_; }
 
+  // (logit, id) pairs in id order -> best first, ties (and -0 vs +0) by lowest id: std::sort's order
+  // under that comparison, in linear time. `tmp` is scratch.
+  static void sort_by_logit(std::vector<std::pair<float, int32_t>>& a, std::vector<std::pair<float, int32_t>>& tmp);
+
  private:
   // Applies the penalties; returns logits itself when there are none, else work_.
   const float* penalized(const float* logits, int64_t V, const std::vector<int32_t>& prompt,
@@ -79,7 +83,7 @@ class Sampler {
   std::vector<int32_t> counts_;
   std::vector<uint8_t> seen_;
   std::vector<int32_t> idx_;
-  std::vector<std::pair<float, int32_t>> cand_;
+  std::vector<std::pair<float, int32_t>> cand_, tmp_;
   std::vector<double> prob_;
 };
 

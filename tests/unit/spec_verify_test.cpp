@@ -736,6 +736,58 @@ TEST(SpecSampler, SampleBehaviourUnchanged) {
   }
 }
 
+// The same over a vocabulary large enough for the radix sort's three passes to matter, with many
+// equal logits (ties go to the lowest id), +0 and -0 (equal), and -inf entries.
+TEST(SpecSampler, SampleBehaviourUnchangedLargeVocabularyWithTies) {
+  const int64_t V = 5000;
+  std::mt19937 g(9);
+  std::normal_distribution<float> nd(0.f, 2.f);
+  std::vector<float> logits(V);
+  for (auto& v : logits) v = std::round(nd(g) * 4.f) / 4.f;  // about 60 distinct values
+  for (int64_t i = 0; i < V; i += 97) logits[i] = (i / 97) % 2 ? -0.0f : 0.0f;
+  for (int64_t i = 5; i < V; i += 301) logits[i] = -std::numeric_limits<float>::infinity();
+  logits[4321] = 9.5f;
+  logits[17] = 9.5f;  // the top two tie
+  const std::vector<int32_t> prompt = {17, 4321, 8, 8}, output = {4999, 0};
+  for (const Combo& c : combos()) {
+    Sampler s(c.p);
+    std::mt19937_64 ref(c.p.seed);
+    for (int n = 0; n < 400; ++n)
+      ASSERT_EQ(s.sample(logits.data(), V, prompt, output), reference_sample(c.p, ref, logits.data(), V, prompt, output))
+          << c.name << " draw " << n;
+  }
+}
+
+// The linear-time sort behind top-p gives exactly std::sort's order (descending logit, lowest id
+// first among equal logits, -0 equal to +0) on logits with many ties, both zeros, infinities and
+// subnormals, for vocabularies from 1 entry to past 2^16.
+TEST(SpecSampler, RadixOrderEqualsStdSort) {
+  std::mt19937 g(3);
+  std::normal_distribution<float> nd(0.f, 5.f);
+  for (int64_t V : {int64_t(1), int64_t(2), int64_t(7), int64_t(5000), int64_t(70001)}) {
+    std::vector<std::pair<float, int32_t>> a(static_cast<size_t>(V)), tmp;
+    for (int64_t i = 0; i < V; ++i) {
+      float v = std::round(nd(g) * 8.f) / 8.f;
+      switch (g() % 16) {
+        case 0: v = 0.0f; break;
+        case 1: v = -0.0f; break;
+        case 2: v = -std::numeric_limits<float>::infinity(); break;
+        case 3: v = std::numeric_limits<float>::infinity(); break;
+        case 4: v = std::numeric_limits<float>::denorm_min() * float(g() % 5) * (g() % 2 ? 1.f : -1.f); break;
+        case 5: v = nd(g); break;  // distinct values
+        default: break;
+      }
+      a[size_t(i)] = {v, int32_t(i)};
+    }
+    auto b = a;
+    std::sort(b.begin(), b.end(), [](const auto& x, const auto& y) {
+      return x.first > y.first || (x.first == y.first && x.second < y.second);
+    });
+    Sampler::sort_by_logit(a, tmp);
+    for (int64_t i = 0; i < V; ++i) ASSERT_EQ(a[size_t(i)].second, b[size_t(i)].second) << "V=" << V << " rank " << i;
+  }
+}
+
 TEST(SpecSampler, DistributionMatchesSampleFrequencies) {
   const int64_t V = int64_t(kLogits.size());
   std::vector<float> probs(V);
