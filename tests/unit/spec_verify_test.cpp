@@ -725,16 +725,20 @@ const std::vector<float> kLogits = {1.2f, -0.4f, 2.5f, 0.3f, 2.5f, -3.0f, 0.9f, 
 const std::vector<int32_t> kPrompt = {2, 7, 7};
 const std::vector<int32_t> kOutput = {4, 10, 4, 1};
 
-TEST(SpecSampler, SampleBehaviourUnchanged) {
-  const int64_t V = int64_t(kLogits.size());
+// Every combination's sampler draws the reference's tokens, `draws` times from the same logits.
+void expect_sampler_matches_reference(const std::vector<float>& logits, const std::vector<int32_t>& prompt,
+                                      const std::vector<int32_t>& output, int draws) {
+  const int64_t V = int64_t(logits.size());
   for (const Combo& c : combos()) {
     Sampler s(c.p);
     std::mt19937_64 ref(c.p.seed);
-    for (int n = 0; n < 3000; ++n)
-      ASSERT_EQ(s.sample(kLogits.data(), V, kPrompt, kOutput), reference_sample(c.p, ref, kLogits.data(), V, kPrompt, kOutput))
+    for (int n = 0; n < draws; ++n)
+      ASSERT_EQ(s.sample(logits.data(), V, prompt, output), reference_sample(c.p, ref, logits.data(), V, prompt, output))
           << c.name << " draw " << n;
   }
 }
+
+TEST(SpecSampler, SampleBehaviourUnchanged) { expect_sampler_matches_reference(kLogits, kPrompt, kOutput, 3000); }
 
 // The same over a vocabulary large enough for the radix sort's three passes to matter, with many
 // equal logits (ties go to the lowest id), +0 and -0 (equal), and -inf entries.
@@ -748,14 +752,7 @@ TEST(SpecSampler, SampleBehaviourUnchangedLargeVocabularyWithTies) {
   for (int64_t i = 5; i < V; i += 301) logits[i] = -std::numeric_limits<float>::infinity();
   logits[4321] = 9.5f;
   logits[17] = 9.5f;  // the top two tie
-  const std::vector<int32_t> prompt = {17, 4321, 8, 8}, output = {4999, 0};
-  for (const Combo& c : combos()) {
-    Sampler s(c.p);
-    std::mt19937_64 ref(c.p.seed);
-    for (int n = 0; n < 400; ++n)
-      ASSERT_EQ(s.sample(logits.data(), V, prompt, output), reference_sample(c.p, ref, logits.data(), V, prompt, output))
-          << c.name << " draw " << n;
-  }
+  expect_sampler_matches_reference(logits, {17, 4321, 8, 8}, {4999, 0}, 400);
 }
 
 // The linear-time sort behind top-p gives exactly std::sort's order (descending logit, lowest id
