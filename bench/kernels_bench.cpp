@@ -167,7 +167,7 @@ void BM_attn_block(benchmark::State& state) {
   for (auto _ : state) {
     for (int h = 0; h < H; ++h) m[size_t(h)] = -std::numeric_limits<float>::infinity(), l[size_t(h)] = 0;
     ops.attn_block(q.data(), D, H, k.data(), ks, v.data(), ks, n, D, 0.088f, m.data(), l.data(), acc.data(),
-                   scratch.data());
+                   scratch.data(), nullptr, 0, 0);
     benchmark::DoNotOptimize(acc.data());
   }
   state.SetBytesProcessed(int64_t(state.iterations()) * n * D * 4 * 2);

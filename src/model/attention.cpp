@@ -98,20 +98,30 @@ void attend_blocks(const CpuOps& ops, const KVView& kv, int layer, int g, int D,
     s.vbuf.resize(size_t(chunk) * D);
   }
   if (s.scores.size() < size_t(HpG) * (chunk + 8)) s.scores.resize(size_t(HpG) * (chunk + 8));
+  // Rows [lo, lo+n) of block b (n <= 0: nothing visible).
+  auto block_span = [&](int b, int64_t* lo, int64_t* n) {
+    *lo = int64_t(blocks[b]) * chunk;
+    *n = std::min<int64_t>(pos, *lo + chunk - 1) - *lo + 1;
+  };
   for (int b = 0; b < nb; ++b) {
-    const int64_t lo = int64_t(blocks[b]) * chunk;
-    const int64_t n = std::min<int64_t>(pos, lo + chunk - 1) - lo + 1;
+    int64_t lo, n, lo_next = 0, n_next = 0;
+    block_span(b, &lo, &n);
     if (n <= 0) continue;
-    int64_t ks, vs;
+    if (b + 1 < nb) block_span(b + 1, &lo_next, &n_next);
+    int64_t ks, vs, ks_next = 0;
     if (const uint16_t* Kb = kv.k_rows_bf16(layer, g, lo, &ks)) {  // BF16 cache: read in place
       const uint16_t* Vb = kv.v_rows_bf16(layer, g, lo, &vs);
+      const uint16_t* Kn = n_next > 0 ? kv.k_rows_bf16(layer, g, lo_next, &ks_next) : nullptr;
       ops.attn_block_bf16(qg, qstride, HpG, Kb, ks, Vb, vs, n, D, scale, s.m.data(), s.l.data(), s.acc.data(),
-                          s.scores.data());
+                          s.scores.data(), Kn, ks_next, n_next);
       continue;
     }
-    const float *K, *V;
+    const float *K, *V, *Kn = nullptr;
     block_rows(kv, layer, g, lo, n, D, chunk, reuse, epoch, s, &K, &ks, &V, &vs);
-    ops.attn_block(qg, qstride, HpG, K, ks, V, vs, n, D, scale, s.m.data(), s.l.data(), s.acc.data(), s.scores.data());
+    // Rows in place (an fp32 cache): the next block's address costs nothing, so it is prefetched too.
+    if (n_next > 0 && kv.rows_in_place()) Kn = kv.k_rows(layer, g, lo_next, n_next, nullptr, &ks_next);
+    ops.attn_block(qg, qstride, HpG, K, ks, V, vs, n, D, scale, s.m.data(), s.l.data(), s.acc.data(), s.scores.data(),
+                   Kn, ks_next, n_next);
   }
   for (int hh = 0; hh < HpG; ++hh) {
     const float inv = 1.0f / s.l[hh];

@@ -505,9 +505,11 @@ TEST(KernelsIsaAttention, AttnBlocksMatchReference) {
         std::vector<float> m(H, -std::numeric_limits<float>::infinity()), l(H, 0.f), acc(size_t(H) * D, 0.f),
             scratch(size_t(H) * (128 + 8));
         int64_t lo = 0;
-        for (int64_t n : blocks) {
+        for (size_t b = 0; b < std::size(blocks); ++b) {  // each call is told the next block's K rows
+          const int64_t n = blocks[b], n_next = b + 1 < std::size(blocks) ? blocks[b + 1] : 0;
           ops->attn_block(q.data(), qs, H, K.data() + lo * ks, ks, V.data() + lo * vs, vs, n, D, scale, m.data(),
-                          l.data(), acc.data(), scratch.data());
+                          l.data(), acc.data(), scratch.data(), n_next ? K.data() + (lo + n) * ks : nullptr, ks,
+                          n_next);
           lo += n;
         }
         for (int h = 0; h < H; ++h) {
@@ -564,9 +566,9 @@ TEST(KernelsIsaAttention, Bf16KernelsEqualFp32KernelsOnWidenedRows) {
           std::vector<float> mb = ma, lb = la, accb = acca;
           for (int rep = 0; rep < 2; ++rep) {  // two blocks: the rescale path too
             ops->attn_block(q.data(), qs, H, kf.data(), ks, vf.data(), ks, n, D, scale, ma.data(), la.data(),
-                            acca.data(), scr.data());
+                            acca.data(), scr.data(), rep == 0 ? kf.data() : nullptr, ks, n);
             ops->attn_block_bf16(q.data(), qs, H, kb.data(), ks, vb.data(), ks, n, D, scale, mb.data(), lb.data(),
-                                 accb.data(), scr.data());
+                                 accb.data(), scr.data(), rep == 0 ? kb.data() : nullptr, ks, n);
           }
           EXPECT_EQ(ma, mb) << isa << " attn_block H=" << H << " D=" << D << " n=" << n;
           EXPECT_EQ(la, lb) << isa << " attn_block H=" << H << " D=" << D << " n=" << n;

@@ -19,14 +19,17 @@ struct CpuOps {
   void (*max_dots)(const float* q, int64_t qs, int H, const float* k, int64_t ks, int64_t n, int D, float* m);
   // One block of n keys of online-softmax attention for H query heads (scores scaled by `scale`).
   // State per head: m[H] running max (-inf before the first block), l[H] running sum of exp,
-  // acc[H*D] unnormalised output. scratch holds at least H * (n + 8) floats.
+  // acc[H*D] unnormalised output. scratch holds at least H * (n + 8) floats. K_next (nullable): the
+  // n_next K rows (stride ks_next) of the block the caller attends next, prefetched meanwhile.
   void (*attn_block)(const float* q, int64_t qs, int H, const float* K, int64_t ks, const float* V, int64_t vs,
-                     int64_t n, int D, float scale, float* m, float* l, float* acc, float* scratch);
+                     int64_t n, int D, float scale, float* m, float* l, float* acc, float* scratch,
+                     const float* K_next, int64_t ks_next, int64_t n_next);
   // The same two kernels over BF16 rows (strides in elements), read in place from a BF16 cache;
   // results equal the fp32 kernels' on the widened rows.
   void (*max_dots_bf16)(const float* q, int64_t qs, int H, const uint16_t* k, int64_t ks, int64_t n, int D, float* m);
   void (*attn_block_bf16)(const float* q, int64_t qs, int H, const uint16_t* K, int64_t ks, const uint16_t* V,
-                          int64_t vs, int64_t n, int D, float scale, float* m, float* l, float* acc, float* scratch);
+                          int64_t vs, int64_t n, int D, float scale, float* m, float* l, float* acc, float* scratch,
+                          const uint16_t* K_next, int64_t ks_next, int64_t n_next);
   // n cache rows of `dim` elements (stride_bytes apart) decoded to fp32 [n, dim], exactly as
   // engine/kv_format's kv_decode_row with scale 1 (BF16, FP8 E4M3, NVFP4 with per-16 E4M3 scales).
   void (*decode_kv_rows)(int kind, const uint8_t* src, int64_t stride_bytes, int64_t n, int dim, float* out);
