@@ -1,6 +1,7 @@
 // Every ISA build of the kernels this CPU can run (generic, AVX2, AVX-512) gives the same matmul
 // results as the reference decode-then-dot path, for every weight format.
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
@@ -125,6 +126,108 @@ TEST_P(KernelsIsa, AllIsasMatchReference) {
 INSTANTIATE_TEST_SUITE_P(Formats, KernelsIsa,
                          testing::Values(m3::LinearKind::F32, m3::LinearKind::BF16, m3::LinearKind::MXFP8,
                                          m3::LinearKind::NVFP4));
+
+// linear_rows_claimed (the threaded matmul's entry: set up once, then the ranges a claim function
+// hands out) gives each row the bits linear_rows gives, for ranges in any order and size (pairs of
+// tiles, single tiles, the partial last tile), one token and several, row-major and tiled weights,
+// fp32 and int8 activations.
+namespace claimed {
+struct Ranges {
+  std::vector<std::pair<int64_t, int64_t>> r;
+  size_t next = 0;
+};
+bool hand_out(void* ctx, int64_t* r0, int64_t* r1) {
+  Ranges& c = *static_cast<Ranges*>(ctx);
+  if (c.next == c.r.size()) return false;
+  *r0 = c.r[c.next].first, *r1 = c.r[c.next].second;
+  ++c.next;
+  return true;
+}
+}  // namespace claimed
+
+TEST(KernelsIsaClaimed, SameBitsAsLinearRows) {
+  std::mt19937 rng(23);
+  const int64_t N = 61, K = 256, T = 4;  // 15 full tiles and a 1-row tail
+  std::vector<float> x(T * K);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  for (auto& v : x) v = nd(rng);
+  // Out of order, mixed sizes, every row exactly once.
+  const std::vector<std::pair<int64_t, int64_t>> order = {{32, 48}, {0, 8}, {60, 61}, {8, 12}, {48, 60}, {12, 32}};
+  int runs = 0;
+  for (m3::LinearKind kind : {m3::LinearKind::F32, m3::LinearKind::BF16, m3::LinearKind::MXFP8, m3::LinearKind::NVFP4})
+    for (int variant = 0; variant < 3; ++variant) {  // 0 row-major, 1 tiled, 2 int8 activations (NVFP4)
+      if (variant == 2 && kind != m3::LinearKind::NVFP4) continue;
+      Mat m = make_matrix(kind, N, K, rng);
+      if (variant == 1 && !m3::tile_rows(m.lin, m.w.data())) continue;
+      if (variant == 2) {
+        ASSERT_TRUE(m3::enable_int8_activations(m.lin));
+      }
+      for (const char* isa : {"generic", "avx2", "avx512"}) {
+        const m3::CpuOps* ops = m3::cpu_ops_for(isa);
+        if (!ops) continue;
+        std::vector<float> scratch(m3::kLinearTileRows * K);
+        for (int64_t tok : {int64_t(1), T}) {
+          std::vector<float> ya(tok * N), yb(tok * N, -7.f);
+          ops->linear_rows(m.lin, x.data(), tok, ya.data(), 0, N, scratch.data());
+          claimed::Ranges ranges{order};
+          ops->linear_rows_claimed(m.lin, x.data(), tok, yb.data(), claimed::hand_out, &ranges, scratch.data());
+          EXPECT_EQ(ranges.next, order.size());
+          for (int64_t i = 0; i < tok * N; ++i)
+            ASSERT_EQ(std::memcmp(&ya[i], &yb[i], 4), 0)
+                << isa << " " << m3::linear_kind_name(kind) << " variant " << variant << " T=" << tok << " output "
+                << i << ": " << ya[i] << " vs " << yb[i];
+          ++runs;
+        }
+      }
+    }
+  EXPECT_GE(runs, 14);
+}
+
+// linear_forward_many splits the tiles of all jobs over the threads in chunks that threads take from
+// each other's shares: with 1, 2 and 3 threads (more than this machine's cores: shares are then
+// taken while their owner waits) every job's rows equal linear_rows' bits, for jobs of different
+// formats, widths and token counts, including a job too small to make one chunk.
+TEST(KernelsIsaClaimed, ManyJobsAnyThreadCountSameBits) {
+  std::mt19937 rng(29);
+  struct Spec {
+    m3::LinearKind kind;
+    int64_t N, K, T;
+  };
+  const std::vector<Spec> specs = {{m3::LinearKind::MXFP8, 96, 512, 1}, {m3::LinearKind::NVFP4, 130, 256, 1},
+                                   {m3::LinearKind::BF16, 4, 256, 1},   {m3::LinearKind::MXFP8, 200, 256, 3},
+                                   {m3::LinearKind::F32, 37, 260, 2},   {m3::LinearKind::NVFP4, 64, 512, 5}};
+  std::vector<Mat> mats;
+  std::vector<std::vector<float>> xs, want;
+  for (const Spec& sp : specs) {
+    mats.push_back(make_matrix(sp.kind, sp.N, sp.K, rng));
+    xs.emplace_back(size_t(sp.T * sp.K));
+    std::normal_distribution<float> nd(0.f, 1.f);
+    for (auto& v : xs.back()) v = nd(rng);
+  }
+  const m3::CpuOps& ops = m3::cpu_ops();
+  for (size_t j = 0; j < specs.size(); ++j) {
+    mats[j].lin.w = mats[j].w.data();
+    mats[j].lin.scales = mats[j].s.empty() ? nullptr : mats[j].s.data();
+    want.emplace_back(size_t(specs[j].T * specs[j].N));
+    std::vector<float> scratch(m3::kLinearTileRows * specs[j].K);
+    ops.linear_rows(mats[j].lin, xs[j].data(), specs[j].T, want[j].data(), 0, specs[j].N, scratch.data());
+  }
+  const int saved = omp_get_max_threads();
+  for (int threads : {1, 2, 3}) {
+    omp_set_num_threads(threads);
+    for (int rep = 0; rep < 20; ++rep) {
+      std::vector<std::vector<float>> got;
+      std::vector<m3::LinearJob> jobs;
+      for (size_t j = 0; j < specs.size(); ++j) got.emplace_back(want[j].size(), -7.f);
+      for (size_t j = 0; j < specs.size(); ++j) jobs.push_back({&mats[j].lin, xs[j].data(), specs[j].T, got[j].data()});
+      m3::linear_forward_many(jobs.data(), int(jobs.size()));
+      for (size_t j = 0; j < specs.size(); ++j)
+        ASSERT_EQ(std::memcmp(got[j].data(), want[j].data(), want[j].size() * 4), 0)
+            << "job " << j << " (" << m3::linear_kind_name(specs[j].kind) << "), " << threads << " threads, rep " << rep;
+    }
+  }
+  omp_set_num_threads(saved);
+}
 
 // The tiled layout (Linear::tiled: each 4-row tile's rows interleaved in chunks, for the decode step's
 // sequential read) changes where bytes lie, never a result: every ISA gives the same bits for one and

@@ -7,12 +7,20 @@
 
 namespace m3 {
 
+// Hands out the next row range [*r0, *r1) of a matmul (whole tiles) to the calling thread; false
+// when it has no more for this call.
+using RowClaim = bool (*)(void* ctx, int64_t* r0, int64_t* r1);
+
 struct CpuOps {
   const char* name;
   float (*dot)(const float* a, const float* b, int64_t n);
   void (*axpy)(float a, const float* x, float* y, int64_t n);  // y += a*x
   // Rows [r0, r1) of y[T, N] = x[T, K] · Wᵀ; scratch holds at least kLinearTileRows * K floats.
   void (*linear_rows)(const Linear& W, const float* x, int64_t T, float* y, int64_t r0, int64_t r1, float* scratch);
+  // The same for every range claim(ctx, ...) hands out, with the per-call set-up (activation copies,
+  // scale tables) done once for all of them; each row's result equals linear_rows'.
+  void (*linear_rows_claimed)(const Linear& W, const float* x, int64_t T, float* y, RowClaim claim, void* ctx,
+                              float* scratch);
   void (*decode_rows)(const Linear& W, int64_t r0, int64_t n, float* out);
   // MSA index scan: m[h] = max(m[h], max_j q_h · k_j) for h < H, j < n, with q_h = q + h*qs and
   // k_j = k + j*ks (D floats each).

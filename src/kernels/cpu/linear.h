@@ -80,12 +80,13 @@ void nvfp4_chunk_nibbles(const uint8_t* in, uint8_t* out, bool to_tiled);
 // returns whether it did (other formats and shapes keep the exact path).
 bool enable_int8_activations(Linear& W);
 
-// y[T, N] = x[T, K] · Wᵀ, rows of W split over the OpenMP threads.
+// y[T, N] = x[T, K] · Wᵀ, rows of W split over the OpenMP threads (as one job of linear_forward_many).
 void linear_forward(const Linear& W, const float* x, int64_t T, float* y);
 
 // Several independent products in one OpenMP region (one fork/join instead of one per matrix):
-// the 4-row tiles of all jobs are split over the threads by estimated cost. Each row's result is
-// the one linear_forward gives (tiles are aligned to each matrix's own rows).
+// the 4-row tiles of all jobs, in chunks, start split over the threads by estimated cost, and a
+// thread that finishes its share takes chunks left in another's. Each row's result is the one
+// linear_forward gives, whichever thread computes it (tiles are aligned to each matrix's own rows).
 struct LinearJob {
   const Linear* W;
   const float* x;  // [T, W->K]
