@@ -229,6 +229,40 @@ TEST(KernelsIsaClaimed, ManyJobsAnyThreadCountSameBits) {
   omp_set_num_threads(saved);
 }
 
+// Products of 128 tokens and more run in panels of decoded tiles (linear_impl.inc, rows_panels): every
+// output keeps the bits of the same token computed alone, for every format, row-major and tiled, with
+// panels of 4 tiles and a short last panel (37 rows: 9 tiles and a tail row) and token counts that end
+// on a group of three, two and one.
+TEST(KernelsIsaPanels, ManyTokensSameBitsAsOneToken) {
+  std::mt19937 rng(31);
+  const int64_t N = 37, K = 256;
+  int runs = 0;
+  for (m3::LinearKind kind : {m3::LinearKind::F32, m3::LinearKind::BF16, m3::LinearKind::MXFP8, m3::LinearKind::NVFP4})
+    for (bool tiled : {false, true}) {
+      Mat m = make_matrix(kind, N, K, rng);
+      if (tiled && !m3::tile_rows(m.lin, m.w.data())) continue;
+      for (const char* isa : {"generic", "avx2", "avx512"}) {
+        const m3::CpuOps* ops = m3::cpu_ops_for(isa);
+        if (!ops) continue;
+        std::vector<float> scratch(m3::kLinearTileRows * K);
+        for (int64_t T : {int64_t(129), int64_t(130), int64_t(131)}) {
+          std::vector<float> x(size_t(T * K));
+          std::normal_distribution<float> nd(0.f, 1.f);
+          for (auto& v : x) v = nd(rng);
+          std::vector<float> y(static_cast<size_t>(T * N)), y1(static_cast<size_t>(N));
+          ops->linear_rows(m.lin, x.data(), T, y.data(), 0, N, scratch.data());
+          for (int64_t t = 0; t < T; ++t) {
+            ops->linear_rows(m.lin, x.data() + t * K, 1, y1.data(), 0, N, scratch.data());
+            ASSERT_EQ(std::memcmp(y1.data(), y.data() + t * N, size_t(N) * 4), 0)
+                << isa << " " << m3::linear_kind_name(kind) << (tiled ? " tiled" : "") << " T=" << T << " token " << t;
+          }
+          ++runs;
+        }
+      }
+    }
+  EXPECT_GE(runs, 12);
+}
+
 // The tiled layout (Linear::tiled: each 4-row tile's rows interleaved in chunks, for the decode step's
 // sequential read) changes where bytes lie, never a result: every ISA gives the same bits for one and
 // several tokens as on the row-major bytes, for full tiles and the row-major tail rows, and the
