@@ -222,10 +222,16 @@ bool claim_rows(void* ctx, int64_t* r0, int64_t* r1) {
   return true;
 }
 
+// This thread's tile scratch for matrices up to maxK wide (grown only: no allocation in steady state).
+float* tile_scratch(int64_t maxK) {
+  static thread_local std::vector<float> scratch;
+  if (scratch.size() < size_t(kLinearTileRows * maxK)) scratch.resize(size_t(kLinearTileRows * maxK));
+  return scratch.data();
+}
+
 // Runs the jobs over the OpenMP threads (at most 64 jobs; see linear_forward_many).
 void run_chunked(const LinearJob* jobs, int njobs, int64_t maxK) {
   const CpuOps& ops = cpu_ops();
-  static thread_local std::vector<float> scratch;
   ChunkPlan plan;
   plan.jobs = jobs;
   plan.njobs = njobs;
@@ -257,21 +263,23 @@ void run_chunked(const LinearJob* jobs, int njobs, int64_t maxK) {
   // last run ends at the last chunk). A smaller team than planned (a nested region) takes the runs
   // of the missing threads by stealing.
   double acc = 0;
-  for (int t = 0, c = 0; t < nthreads; ++t) {
-    const int64_t lo = c;
-    const double end = cost_total * double(t + 1) / nthreads;
-    while (c < chunks && (t == nthreads - 1 || acc + 0.5 * chunk_cost[plan.job_of(c)] <= end))
-      acc += chunk_cost[plan.job_of(c++)];
-    plan.runs[t].v.store(pack_run(uint64_t(lo), uint64_t(c)), std::memory_order_relaxed);
-  }
+  int t = 0;
+  int64_t lo = 0;
+  for (int j = 0; j < njobs; ++j)
+    for (int64_t c = plan.first_chunk[j]; c < plan.first_chunk[j + 1]; acc += chunk_cost[j], ++c)
+      while (t < nthreads - 1 && acc + 0.5 * chunk_cost[j] > cost_total * double(t + 1) / nthreads) {
+        plan.runs[t++].v.store(pack_run(uint64_t(lo), uint64_t(c)), std::memory_order_relaxed);
+        lo = c;
+      }
+  for (; t < nthreads; ++t, lo = chunks) plan.runs[t].v.store(pack_run(uint64_t(lo), uint64_t(chunks)), std::memory_order_relaxed);
 #pragma omp parallel num_threads(nthreads)
   {
     const int me = omp_get_thread_num();
-    if (scratch.size() < size_t(kLinearTileRows * maxK)) scratch.resize(size_t(kLinearTileRows * maxK));
+    float* scratch = tile_scratch(maxK);
     for (int64_t ch = plan.next(me); ch >= 0;) {
       JobClaims c{&plan, me, plan.job_of(ch), ch};
       const LinearJob& job = jobs[c.job];
-      ops.linear_rows_claimed(*job.W, job.x, job.T, job.y, claim_rows, &c, scratch.data());
+      ops.linear_rows_claimed(*job.W, job.x, job.T, job.y, claim_rows, &c, scratch);
       ch = c.carry;
     }
   }
@@ -299,10 +307,8 @@ void linear_forward_many(const LinearJob* jobs, int njobs) {
   }
   if (omp_get_max_threads() == 1 || tiles <= 1 || macs < 32768) {  // too small to share
     const CpuOps& ops = cpu_ops();
-    static thread_local std::vector<float> scratch;
-    if (scratch.size() < size_t(kLinearTileRows * maxK)) scratch.resize(size_t(kLinearTileRows * maxK));
-    for (int j = 0; j < njobs; ++j)
-      ops.linear_rows(*jobs[j].W, jobs[j].x, jobs[j].T, jobs[j].y, 0, jobs[j].W->N, scratch.data());
+    float* scratch = tile_scratch(maxK);
+    for (int j = 0; j < njobs; ++j) ops.linear_rows(*jobs[j].W, jobs[j].x, jobs[j].T, jobs[j].y, 0, jobs[j].W->N, scratch);
     return;
   }
   run_chunked(jobs, njobs, maxK);
