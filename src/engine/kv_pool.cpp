@@ -109,14 +109,31 @@ const uint16_t* PagedKV::ik_rows_bf16(int layer, int64_t lo, int64_t* stride) co
                    [&](int64_t page, int slot) { return pool_.ik_row(layer, page, slot); });
 }
 
-const uint8_t* PagedKV::ik_rows_quantised(int layer, int64_t lo, int64_t* stride_bytes, int* kind) const {
-  const KVDtype dt = pool_.ik_dtype();
+// Rows [lo, ...) of a lane stored as FP8 or NVFP4, in place. Rows of a page are contiguous
+// (group-major pages); the stride is one row's bytes.
+template <class RowFn>
+const uint8_t* PagedKV::quantised_rows(int64_t lo, KVDtype dt, int dim, int64_t* stride_bytes, int* kind,
+                                       RowFn row) const {
   if (dt != KVDtype::FP8 && dt != KVDtype::NVFP4) return nullptr;
   const int B = pool_.block_size();
-  // Rows of a page are contiguous (group-major pages); the stride is one row's bytes.
-  *stride_bytes = int64_t(kv_row_bytes(dt, index_dim_));
+  *stride_bytes = int64_t(kv_row_bytes(dt, dim));
   *kind = int(row_kind(dt));
-  return pool_.ik_row(layer, table_[lo / B], int(lo % B));
+  return row(table_[lo / B], int(lo % B));
+}
+
+const uint8_t* PagedKV::ik_rows_quantised(int layer, int64_t lo, int64_t* stride_bytes, int* kind) const {
+  return quantised_rows(lo, pool_.ik_dtype(), index_dim_, stride_bytes, kind,
+                        [&](int64_t page, int slot) { return pool_.ik_row(layer, page, slot); });
+}
+
+const uint8_t* PagedKV::k_rows_quantised(int layer, int g, int64_t lo, int64_t* stride_bytes, int* kind) const {
+  return quantised_rows(lo, pool_.kv_dtype(), head_dim_, stride_bytes, kind,
+                        [&](int64_t page, int slot) { return pool_.k_row(layer, page, slot, g); });
+}
+
+const uint8_t* PagedKV::v_rows_quantised(int layer, int g, int64_t lo, int64_t* stride_bytes, int* kind) const {
+  return quantised_rows(lo, pool_.kv_dtype(), head_dim_, stride_bytes, kind,
+                        [&](int64_t page, int slot) { return pool_.v_row(layer, page, slot, g); });
 }
 
 }  // namespace m3

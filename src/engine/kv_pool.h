@@ -66,11 +66,15 @@ class PagedKV : public KVView {
   const uint16_t* k_rows_bf16(int layer, int g, int64_t lo, int64_t* stride) const override;
   const uint16_t* v_rows_bf16(int layer, int g, int64_t lo, int64_t* stride) const override;
   const uint16_t* ik_rows_bf16(int layer, int64_t lo, int64_t* stride) const override;
+  const uint8_t* k_rows_quantised(int layer, int g, int64_t lo, int64_t* stride_bytes, int* kind) const override;
+  const uint8_t* v_rows_quantised(int layer, int g, int64_t lo, int64_t* stride_bytes, int* kind) const override;
   const uint8_t* ik_rows_quantised(int layer, int64_t lo, int64_t* stride_bytes, int* kind) const override;
 
  private:
   template <class RowFn>
   const uint16_t* bf16_rows(int64_t lo, KVDtype dt, int dim, int64_t* stride, RowFn row) const;
+  template <class RowFn>
+  const uint8_t* quantised_rows(int64_t lo, KVDtype dt, int dim, int64_t* stride_bytes, int* kind, RowFn row) const;
   template <class RowFn>
   const float* decode_rows(int64_t lo, int64_t n, KVDtype dt, int dim, float* scratch, int64_t* stride,
                            RowFn row) const;

@@ -116,6 +116,17 @@ void attend_blocks(const CpuOps& ops, const KVView& kv, int layer, int g, int D,
                           s.scores.data(), Kn, ks_next, n_next);
       continue;
     }
+    // FP8 / NVFP4 cache, one query token: decoded in registers, read in place. (Several query tokens
+    // of a prefill chunk decode each block once into this thread's scratch and reuse it below.)
+    int kind;
+    if (!reuse)
+      if (const uint8_t* Kq = kv.k_rows_quantised(layer, g, lo, &ks, &kind)) {
+        const uint8_t* Vq = kv.v_rows_quantised(layer, g, lo, &vs, &kind);
+        const uint8_t* Kn = n_next > 0 ? kv.k_rows_quantised(layer, g, lo_next, &ks_next, &kind) : nullptr;
+        ops.attn_block_rows(kind, qg, qstride, HpG, Kq, ks, Vq, vs, n, D, scale, s.m.data(), s.l.data(),
+                            s.acc.data(), s.scores.data(), Kn, ks_next, n_next);
+        continue;
+      }
     const float *K, *V, *Kn = nullptr;
     block_rows(kv, layer, g, lo, n, D, chunk, reuse, epoch, s, &K, &ks, &V, &vs);
     // Rows in place (an fp32 cache): the next block's address costs nothing, so it is prefetched too.

@@ -35,6 +35,13 @@ class KVView {
   virtual const uint8_t* ik_rows_quantised(int layer, int64_t lo, int64_t* stride_bytes, int* kind) const {
     return nullptr;
   }
+  // The same for the K and V rows of KV head g (read in place by the decode step's block attention).
+  virtual const uint8_t* k_rows_quantised(int layer, int g, int64_t lo, int64_t* stride_bytes, int* kind) const {
+    return nullptr;
+  }
+  virtual const uint8_t* v_rows_quantised(int layer, int g, int64_t lo, int64_t* stride_bytes, int* kind) const {
+    return nullptr;
+  }
   // n index-key rows (scratch: n * index_dim floats).
   virtual const float* ik_rows(int layer, int64_t lo, int64_t n, float* scratch, int64_t* stride) const = 0;
 };

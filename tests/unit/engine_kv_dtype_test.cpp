@@ -5,7 +5,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "engine/kv_format.h"
@@ -158,6 +160,62 @@ TEST(EngineKvDecode, QuantisedIndexScanEqualsDecodedScan) {
           }
   }
   EXPECT_GT(fused_checked, 0);
+}
+
+// Block attention over FP8 / NVFP4 K and V rows read in place (the decode step with the recipe's
+// --kv-cache-dtype) equals attn_block over the rows decode_kv_rows writes, bit for bit, in every ISA:
+// two blocks (the second with larger scores, so the running state is rescaled), head counts on and off
+// the 4-head groups, widths with and without a second 16-element block per 32, key-count tails, a
+// query stride unlike the width, and rows of tiny values (subnormal codes).
+TEST(EngineKvDecode, QuantisedBlockAttentionEqualsDecodedRows) {
+  std::mt19937 rng(29);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  int checked = 0;
+  for (const char* isa : {"generic", "avx2", "avx512"}) {
+    const m3::CpuOps* ops = m3::cpu_ops_for(isa);
+    if (!ops) continue;
+    for (const auto& k : kRowKinds)
+      for (int D : {128, 64, 48})
+        for (int H : {4, 8, 3, 1})
+          for (int64_t n : {1, 2, 7, 128}) {
+            if (k.dt == m3::KVDtype::BF16) continue;  // BF16 rows are read in place by attn_block_bf16
+            const size_t rb = m3::kv_row_bytes(k.dt, D);
+            const int64_t N = 2 * n, qs = D + 3;
+            std::vector<uint8_t> K(rb * size_t(N)), V(rb * size_t(N));
+            std::vector<float> x(static_cast<size_t>(D)), kd(size_t(N) * size_t(D)), vd(kd.size()),
+                q(size_t(H) * size_t(qs));
+            for (int64_t r = 0; r < N; ++r) {
+              const float mul = r == 1 ? 1e-3f : r >= n ? 2.f : 1.f;  // block 2: larger scores
+              for (auto& v : x) v = nd(rng) * mul;
+              m3::kv_encode_row(k.dt, x.data(), D, 1.0f, K.data() + size_t(r) * rb);
+              for (auto& v : x) v = nd(rng) * (r == 2 ? 1e-3f : 1.f);
+              m3::kv_encode_row(k.dt, x.data(), D, 1.0f, V.data() + size_t(r) * rb);
+            }
+            for (auto& v : q) v = nd(rng);
+            ops->decode_kv_rows(int(k.kind), K.data(), int64_t(rb), N, D, kd.data());
+            ops->decode_kv_rows(int(k.kind), V.data(), int64_t(rb), N, D, vd.data());
+            const float scale = 1.0f / std::sqrt(float(D));
+            std::vector<float> mw(size_t(H), -std::numeric_limits<float>::infinity()), lw(size_t(H), 0.f),
+                accw(size_t(H) * size_t(D), 0.f), scr(size_t(H) * size_t(n + 8));
+            std::vector<float> mg = mw, lg = lw, accg = accw;
+            for (int b = 0; b < 2; ++b) {
+              const int64_t lo = b * n;
+              ops->attn_block(q.data(), qs, H, kd.data() + lo * D, D, vd.data() + lo * D, D, n, D, scale, mw.data(),
+                              lw.data(), accw.data(), scr.data(), nullptr, 0, 0);
+              ops->attn_block_rows(int(k.kind), q.data(), qs, H, K.data() + size_t(lo) * rb, int64_t(rb),
+                                   V.data() + size_t(lo) * rb, int64_t(rb), n, D, scale, mg.data(), lg.data(),
+                                   accg.data(), scr.data(), b == 0 ? K.data() + size_t(n) * rb : nullptr,
+                                   int64_t(rb), b == 0 ? n : 0);
+            }
+            const std::string what = std::string(isa) + " " + m3::kv_dtype_name(k.dt) + " D " + std::to_string(D) +
+                                     " H " + std::to_string(H) + " n " + std::to_string(n);
+            ASSERT_EQ(mw, mg) << what;
+            ASSERT_EQ(lw, lg) << what;
+            ASSERT_EQ(accw, accg) << what;
+            ++checked;
+          }
+  }
+  EXPECT_GT(checked, 0);
 }
 
 }  // namespace

@@ -45,6 +45,12 @@ struct CpuOps {
   // place, stride_bytes apart; equals max_dots over the rows decode_kv_rows writes, bit for bit.
   void (*max_dots_rows)(int kind, const float* q, int64_t qs, int H, const uint8_t* k, int64_t stride_bytes,
                         int64_t n, int D, float* m);
+  // attn_block over quantised K / V cache rows of `kind` (FP8 or NVFP4, scale 1) read in place,
+  // kb / vb bytes apart (K_next: kb_next apart); equals attn_block over the rows decode_kv_rows
+  // writes, bit for bit.
+  void (*attn_block_rows)(int kind, const float* q, int64_t qs, int H, const uint8_t* K, int64_t kb, const uint8_t* V,
+                          int64_t vb, int64_t n, int D, float scale, float* m, float* l, float* acc, float* scratch,
+                          const uint8_t* K_next, int64_t kb_next, int64_t n_next);
 };
 
 constexpr int kLinearTileRows = 4;
