@@ -1,9 +1,10 @@
 // Dense and MSA block-sparse attention over KVViews (see attention.h). Work is split over
 // (GQA group, token) pairs; each pair reads a K/V block once and updates the online-softmax state
-// of all query heads of its group. A chunk of many query tokens (prefill, verification) reads the
-// same blocks once per token: when the cache decodes rows (the paged, quantised pool), each thread
-// keeps the blocks it decoded during this call and reuses them (speed: decoding the same rows for
-// every query token was a third of prefill time).
+// of all query heads of its group. BF16 and (where the kernels decode them in registers) FP8 / NVFP4
+// cache rows are read in place. A chunk of many query tokens (prefill, verification) reads the same
+// blocks once per token: when rows must be decoded to fp32 first (other quantised shapes), each
+// thread keeps the blocks it decoded during this call and reuses them (speed: decoding the same rows
+// for every query token was a third of prefill time).
 #include "model/attention.h"
 
 #include <omp.h>
@@ -116,17 +117,20 @@ void attend_blocks(const CpuOps& ops, const KVView& kv, int layer, int g, int D,
                           s.scores.data(), Kn, ks_next, n_next);
       continue;
     }
-    // FP8 / NVFP4 cache, one query token: decoded in registers, read in place. (Several query tokens
-    // of a prefill chunk decode each block once into this thread's scratch and reuse it below.)
+    // FP8 / NVFP4 cache: read in place and decoded in registers, for one query token, and for many
+    // when the kernel decodes this shape in registers (speed: a 512-token prefill chunk at 16K context,
+    // m3-mxfp8 mid, FP8 cache: 4.52-4.56 s decoding each block once to scratch and reusing it,
+    // 4.16-4.18 s in registers; NVFP4 4.74-4.85 vs 4.69-4.88 s). Otherwise many query tokens decode
+    // each block once into this thread's scratch and reuse it (block_rows below).
     int kind;
-    if (!reuse)
-      if (const uint8_t* Kq = kv.k_rows_quantised(layer, g, lo, &ks, &kind)) {
-        const uint8_t* Vq = kv.v_rows_quantised(layer, g, lo, &vs, &kind);
-        const uint8_t* Kn = n_next > 0 ? kv.k_rows_quantised(layer, g, lo_next, &ks_next, &kind) : nullptr;
-        ops.attn_block_rows(kind, qg, qstride, HpG, Kq, ks, Vq, vs, n, D, scale, s.m.data(), s.l.data(),
-                            s.acc.data(), s.scores.data(), Kn, ks_next, n_next);
-        continue;
-      }
+    if (const uint8_t* Kq = kv.k_rows_quantised(layer, g, lo, &ks, &kind);
+        Kq && (!reuse || ops.attn_block_rows_in_registers(kind, HpG, D))) {
+      const uint8_t* Vq = kv.v_rows_quantised(layer, g, lo, &vs, &kind);
+      const uint8_t* Kn = n_next > 0 ? kv.k_rows_quantised(layer, g, lo_next, &ks_next, &kind) : nullptr;
+      ops.attn_block_rows(kind, qg, qstride, HpG, Kq, ks, Vq, vs, n, D, scale, s.m.data(), s.l.data(), s.acc.data(),
+                          s.scores.data(), Kn, ks_next, n_next);
+      continue;
+    }
     const float *K, *V, *Kn = nullptr;
     block_rows(kv, layer, g, lo, n, D, chunk, reuse, epoch, s, &K, &ks, &V, &vs);
     // Rows in place (an fp32 cache): the next block's address costs nothing, so it is prefetched too.

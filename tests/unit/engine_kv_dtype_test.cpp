@@ -212,6 +212,10 @@ TEST(EngineKvDecode, QuantisedBlockAttentionEqualsDecodedRows) {
             ASSERT_EQ(mw, mg) << what;
             ASSERT_EQ(lw, lg) << what;
             ASSERT_EQ(accw, accg) << what;
+            // The vector builds decode 4-head groups of 16-element blocks in registers (the prefill
+            // path reads such rows in place too); the generic build decodes to scratch.
+            EXPECT_EQ(ops->attn_block_rows_in_registers(int(k.kind), H, D), std::string(isa) != "generic" && H % 4 == 0)
+                << what;
             ++checked;
           }
   }

@@ -51,6 +51,9 @@ struct CpuOps {
   void (*attn_block_rows)(int kind, const float* q, int64_t qs, int H, const uint8_t* K, int64_t kb, const uint8_t* V,
                           int64_t vb, int64_t n, int D, float scale, float* m, float* l, float* acc, float* scratch,
                           const uint8_t* K_next, int64_t kb_next, int64_t n_next);
+  // Whether attn_block_rows decodes rows of this kind and shape in registers; if not, it decodes the
+  // block to scratch first, and a caller with many query tokens does better decoding once and reusing.
+  bool (*attn_block_rows_in_registers)(int kind, int H, int D);
 };
 
 constexpr int kLinearTileRows = 4;
