@@ -179,7 +179,8 @@ BENCHMARK(BM_attn_block)->Arg(128)->Arg(512);
 // and block-sparse attention over a random cache. range(0): context length (512: every block
 // visible; 16384: scan of 128 blocks + 16 selected; K/V then exceed the last-level cache);
 // range(1): 0 = fp32 SeqCache, 1 = the engine's paged BF16 cache (read in place), 2 = paged NVFP4 K/V and
-// index keys (the recipe's --kv-cache-dtype nvfp4 / indexer_kv_dtype nvfp4); range(2): 1 = a dense layer.
+// index keys (the recipe's --kv-cache-dtype nvfp4 / indexer_kv_dtype nvfp4), 3 = paged FP8 K/V and index
+// keys; range(2): 1 = a dense layer.
 void BM_attention_decode(benchmark::State& state) {
   const int64_t ctx = state.range(0);
   const char* config_json = R"({"architectures": ["MiniMaxM3SparseForCausalLM"],
@@ -196,8 +197,10 @@ void BM_attention_decode(benchmark::State& state) {
   const bool dense = state.range(2) != 0;  // a dense layer (M3's layer 0): every key is read
   const std::string json = std::regex_replace(config_json, std::regex("SPARSE"), dense ? "0" : "1");
   const m3::ModelConfig c = m3::ModelConfig::from_json_text(json, "kernels_bench");
-  const bool paged = state.range(1) != 0, nvfp4 = state.range(1) == 2;
-  const m3::KVDtype kvd = nvfp4 ? m3::KVDtype::NVFP4 : m3::KVDtype::BF16;
+  const bool paged = state.range(1) != 0, quantised = state.range(1) >= 2;
+  const m3::KVDtype kvd = state.range(1) == 2   ? m3::KVDtype::NVFP4
+                          : state.range(1) == 3 ? m3::KVDtype::FP8
+                                                : m3::KVDtype::BF16;
   m3::SeqCache seq_cache(c, paged ? 1 : ctx + 1);
   const int B = 128;
   std::vector<int32_t> table(size_t((ctx + 1 + B - 1) / B));
@@ -226,10 +229,13 @@ void BM_attention_decode(benchmark::State& state) {
   }
   const int64_t keys = dense ? ctx + 1 : std::min<int64_t>(ctx + 1, 16 * 128);
   const int64_t idx = !dense && ctx + 1 > 16 * 128 ? ctx + 1 : 0;
-  const double row_bytes = nvfp4 ? double(m3::kv_row_bytes(kvd, c.head_dim)) / c.head_dim : paged ? 2.0 : 4.0;
+  const double row_bytes = quantised ? double(m3::kv_row_bytes(kvd, c.head_dim)) / c.head_dim : paged ? 2.0 : 4.0;
   state.SetBytesProcessed(int64_t(double(state.iterations()) * double(keys * kvw * 2 + idx * c.index_dim) * row_bytes));
-  state.SetLabel(std::string(nvfp4 ? "paged NVFP4 cache (recipe)" : paged ? "paged BF16 cache (serve default)" : "fp32 SeqCache") +
-                 (dense ? ", dense layer" : ""));
+  const char* what = kvd == m3::KVDtype::NVFP4 ? "paged NVFP4 cache (recipe)"
+                     : kvd == m3::KVDtype::FP8 ? "paged FP8 cache"
+                     : paged                   ? "paged BF16 cache (serve default)"
+                                               : "fp32 SeqCache";
+  state.SetLabel(std::string(what) + (dense ? ", dense layer" : ""));
 }
 BENCHMARK(BM_attention_decode)
     ->Args({512, 0, 0})
@@ -238,6 +244,9 @@ BENCHMARK(BM_attention_decode)
     ->Args({16384, 1, 0})
     ->Args({16384, 1, 1})
     ->Args({16384, 2, 0})
+    ->Args({16384, 2, 1})
+    ->Args({16384, 3, 0})
+    ->Args({16384, 3, 1})
     ->UseRealTime();
 
 }  // namespace
