@@ -153,6 +153,74 @@ void BM_max_dots(benchmark::State& state) {
 }
 BENCHMARK(BM_max_dots)->Arg(128)->Arg(512);
 
+// The same scan and block over paged-cache rows read in place: range(0) 1 = BF16, 2 = FP8, 3 = NVFP4
+// (the recipe's --kv-cache-dtype / indexer_kv_dtype), 128 contiguous rows of 128 elements.
+struct CacheRows {
+  m3::KVDtype dt;
+  size_t rb;
+  std::vector<uint8_t> k, v;
+  std::vector<float> q;
+  explicit CacheRows(int64_t kind, int64_t n, int H, int D)
+      : dt(kind == 1 ? m3::KVDtype::BF16 : kind == 2 ? m3::KVDtype::FP8 : m3::KVDtype::NVFP4),
+        rb(m3::kv_row_bytes(dt, D)), k(rb * size_t(n)), v(k.size()), q(size_t(H) * size_t(D)) {
+    std::mt19937 rng(6);
+    std::normal_distribution<float> nd;
+    std::vector<float> x(static_cast<size_t>(D));
+    for (int64_t j = 0; j < n; ++j) {
+      for (auto& e : x) e = nd(rng);
+      m3::kv_encode_row(dt, x.data(), D, 1.0f, k.data() + size_t(j) * rb);
+      for (auto& e : x) e = nd(rng);
+      m3::kv_encode_row(dt, x.data(), D, 1.0f, v.data() + size_t(j) * rb);
+    }
+    for (auto& e : q) e = nd(rng);
+  }
+  const char* label() const { return m3::kv_dtype_name(dt); }
+};
+
+void BM_max_dots_cache(benchmark::State& state) {
+  const int64_t n = 128;
+  const int H = 4, D = 128;
+  CacheRows c(state.range(0), n, H, D);
+  std::vector<float> m(static_cast<size_t>(H));
+  const m3::CpuOps& ops = m3::cpu_ops();
+  const auto* kb = reinterpret_cast<const uint16_t*>(c.k.data());
+  for (auto _ : state) {
+    for (auto& x : m) x = -1e30f;
+    if (c.dt == m3::KVDtype::BF16)
+      ops.max_dots_bf16(c.q.data(), D, H, kb, D, n, D, m.data());
+    else
+      ops.max_dots_rows(c.dt == m3::KVDtype::FP8 ? int(m3::KvRowKind::FP8) : int(m3::KvRowKind::NVFP4), c.q.data(), D,
+                        H, c.k.data(), int64_t(c.rb), n, D, m.data());
+    benchmark::DoNotOptimize(m.data());
+  }
+  state.SetItemsProcessed(int64_t(state.iterations()) * n);
+  state.SetLabel(c.label());
+}
+BENCHMARK(BM_max_dots_cache)->Arg(1)->Arg(2)->Arg(3);
+
+void BM_attn_block_cache(benchmark::State& state) {
+  const int64_t n = 128;
+  const int H = 4, D = 128;
+  CacheRows c(state.range(0), n, H, D);
+  std::vector<float> m(static_cast<size_t>(H)), l(static_cast<size_t>(H)), acc(size_t(H * D)), scratch(size_t(H * (n + 8)));
+  const m3::CpuOps& ops = m3::cpu_ops();
+  const int kind = c.dt == m3::KVDtype::FP8 ? int(m3::KvRowKind::FP8) : int(m3::KvRowKind::NVFP4);
+  for (auto _ : state) {
+    for (int h = 0; h < H; ++h) m[size_t(h)] = -std::numeric_limits<float>::infinity(), l[size_t(h)] = 0;
+    if (c.dt == m3::KVDtype::BF16)
+      ops.attn_block_bf16(c.q.data(), D, H, reinterpret_cast<const uint16_t*>(c.k.data()), D,
+                          reinterpret_cast<const uint16_t*>(c.v.data()), D, n, D, 0.088f, m.data(), l.data(), acc.data(),
+                          scratch.data(), nullptr, 0, 0);
+    else
+      ops.attn_block_rows(kind, c.q.data(), D, H, c.k.data(), int64_t(c.rb), c.v.data(), int64_t(c.rb), n, D, 0.088f,
+                          m.data(), l.data(), acc.data(), scratch.data(), nullptr, 0, 0);
+    benchmark::DoNotOptimize(acc.data());
+  }
+  state.SetItemsProcessed(int64_t(state.iterations()) * n);
+  state.SetLabel(c.label());
+}
+BENCHMARK(BM_attn_block_cache)->Arg(1)->Arg(2)->Arg(3);
+
 void BM_attn_block(benchmark::State& state) {
   const int64_t ks = state.range(0), n = 128;
   const int H = 4, D = 128;
