@@ -9,7 +9,7 @@
 #   (RUNS=3, RUNS=0 skips the roofline runs, LONG=1 adds decode after a real 16K-token prompt (LONG_VARIANTS,
 #    LONG_FLAGS: see below), SERVE=0
 #    skips bench serve, SERVE_ACT=int8 serves with --nvfp4-activations int8, SERVE_FLAGS=--mmap adds
-#    flags to serve, PORT=8011, VARIANTS="layout:act[:map] ..." chooses the roofline variants)
+#    flags to serve, PORT=8011, VARIANTS="layout:act[:map[:kv]] ..." chooses the roofline variants)
 set -euo pipefail
 BIN=$(realpath "${1:-build/m3serve}")
 WORK=${2:-/tmp/m3perf}
@@ -29,15 +29,17 @@ stats() { sort -g | awk '{v[NR]=$1} END {printf "%s %s\n", v[1], v[int((NR+1)/2)
 
 # Variants: layout, NVFP4 activation mode (int8 = the opt-in --nvfp4-activations int8; m3-mxfp8 has no
 # NVFP4 matrix, so only fp32 applies there), and optionally map (= --mmap: weights read from the mapped
-# checkpoint instead of huge-page memory, the default for models that fit).
+# checkpoint instead of huge-page memory, the default for models that fit), and optionally the K/V and
+# index-key cache dtype (bf16 by default; fp8 or nvfp4, the recipe's, e.g. "m31:fp32::nvfp4").
 VARIANTS=${VARIANTS:-"m31:fp32:map m31:fp32 m31:int8 m3-mxfp8:fp32:map m3-mxfp8:fp32"}
 [ "$RUNS" = 0 ] && VARIANTS=""
 # parse VARIANT: sets layout, act, mem ("" or "ram"), flags and tag (the report file infix)
 parse() {
-  IFS=: read -r layout act mem <<<"$1"
+  IFS=: read -r layout act mem kv <<<"$1"
   flags=(--nvfp4-activations "$act")
   [ "$mem" = map ] && flags+=(--mmap)
-  tag="$layout.$act${mem:+.$mem}"
+  [ -n "$kv" ] && flags+=(--kv-cache-dtype "$kv" --indexer-kv-dtype "$kv")
+  tag="$layout.$act${mem:+.$mem}${kv:+.$kv}"
 }
 for i in $(seq 1 "$RUNS"); do
   for v in $VARIANTS; do
@@ -55,7 +57,7 @@ for v in $VARIANTS; do
   read -r b512 m512 < <(for f in "$WORK"/roof.$tag.512.*.txt; do decode_ms "$f"; done | stats)
   read -r b16 m16 < <(for f in "$WORK"/roof.$tag.16k.*.txt; do decode_ms "$f"; done | stats)
   pf=$(for f in "$WORK"/roof.$tag.512.*.txt; do prefill_tps "$f"; done | sort -gr | head -1)
-  printf "%-18s %-26s %-26s %-22s %s\n" "$layout $act $mem" "$b512 / $m512" "$b16 / $m16" \
+  printf "%-18s %-26s %-26s %-22s %s\n" "$layout $act $mem $kv" "$b512 / $m512" "$b16 / $m16" \
     "$(awk -v a="$b512" -v b="$b16" -v c="$m512" -v d="$m16" 'BEGIN {printf "%.2f / %.2f", a/b, c/d}')" "$pf"
 done
 echo "full reports: $WORK/roof.*.txt"
