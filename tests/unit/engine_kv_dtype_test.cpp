@@ -4,6 +4,7 @@
 // (measured: see the printed table; bounds leave about 2x headroom).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <random>
@@ -69,6 +70,49 @@ TEST_P(EngineKvDtype, ErrorAgainstReferenceIsBounded) {
               max_abs, mean_abs, 100 * top1);
   EXPECT_LE(mean_abs, dc.max_mean_abs);
   EXPECT_GE(top1, dc.min_top1);
+}
+
+// With the recipe's quantised caches (FP8 / NVFP4 K/V and index keys) a position comes out the same
+// whether the decode step computes it (one query token) or a prefill chunk does (many query tokens over
+// the same cache rows): the logits of the 6 positions after a 1100-token prompt, decoded one token at a
+// time, equal those of the same positions prefilled in 96-token chunks, bit for bit (batch invariance).
+// Block selection is active at this length (MSA blocks of 128, top-3).
+TEST(EngineKvDtypeInvariance, DecodeStepsEqualPrefillChunks) {
+  m3::Model model(m3test::golden_model_dir("m31-tiny"));
+  const auto all = m3test::read_tokens(std::string(M3_TEST_DATA) + "/golden/m31-tiny/tokens_3000.txt");
+  const int64_t V = model.config().vocab, P = 1100, G = 6, n = P + G;
+  ASSERT_GE(int64_t(all.size()), n);
+  const int B = model.config().block_size;
+  const int32_t pages = int32_t((n + B - 1) / B);
+  std::vector<int32_t> table;
+  for (int32_t p = 0; p < pages; ++p) table.push_back(p);
+  for (const char* dt : {"fp8", "nvfp4"}) {
+    const m3::KVDtype d = m3::parse_kv_dtype(dt, "kv");
+    std::vector<float> dec(size_t(G * V)), pre(size_t(G * V)), scratch(size_t(B * V));
+    {  // prompt in one chunk, then one token per step
+      m3::KVPool pool(model.config(), B, d, d, pages);
+      m3::PagedKV view(pool, table, P);
+      m3::BatchItem it{&view, all.data(), P, 0, P - 1};
+      model.forward_batch(&it, 1, scratch.data());
+      for (int64_t i = 0; i < G; ++i) {
+        m3::PagedKV step(pool, table, P + i + 1);
+        m3::BatchItem one{&step, all.data() + P + i, 1, P + i, 0};
+        model.forward_batch(&one, 1, dec.data() + i * V);
+      }
+    }
+    {  // everything in 96-token chunks; the last chunk holds the 6 positions
+      m3::KVPool pool(model.config(), B, d, d, pages);
+      for (int64_t start = 0; start < n; start += 96) {
+        const int64_t len = std::min<int64_t>(96, n - start);
+        m3::PagedKV view(pool, table, start + len);
+        const int64_t from = std::max<int64_t>(0, P - start);
+        m3::BatchItem it{&view, all.data() + start, len, start, std::min(from, len)};
+        model.forward_batch(&it, 1, start + len > P ? pre.data() + (start + from - P) * V : scratch.data());
+      }
+    }
+    for (int64_t i = 0; i < G * V; ++i)
+      ASSERT_EQ(dec[size_t(i)], pre[size_t(i)]) << dt << " position " << P + i / V << " logit " << i % V;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, EngineKvDtype,
