@@ -35,7 +35,7 @@ class KVView {
   virtual const uint8_t* ik_rows_quantised(int layer, int64_t lo, int64_t* stride_bytes, int* kind) const {
     return nullptr;
   }
-  // The same for the K and V rows of KV head g (read in place by the decode step's block attention).
+  // The same for the K and V rows of KV head g (read in place by block attention).
   virtual const uint8_t* k_rows_quantised(int layer, int g, int64_t lo, int64_t* stride_bytes, int* kind) const {
     return nullptr;
   }
