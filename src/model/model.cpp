@@ -106,8 +106,9 @@ void Model::forward_batch(const BatchItem* items, int nitems, float* logits, Att
     // Attention block: projections over all rows, per-head norm + RoPE, cache append. The per-token
     // loops run on all threads when the step has several tokens (each token's arithmetic is the same
     // either way; speed: serial loops left the other thread idle for several % of a prefill).
-#pragma omp parallel for schedule(static) if (T > 1)
-    for (int64_t t = 0; t < T; ++t) rms_norm(x + t * H, L.input_norm.data(), H, c.rms_eps, a + t * H);
+#pragma omp parallel for schedule(static) if (T > 4)
+    for (int64_t t = 0; t < T; t += 4)
+      rms_norm_rows(x + t * H, H, L.input_norm.data(), H, std::min<int64_t>(4, T - t), c.rms_eps, a + t * H, H);
     // The projections that read the same normed input share one parallel region.
     const int64_t ID = c.index_dim, IW = int64_t(c.index_heads) * ID;
     const LinearJob proj[5] = {{&L.attn.q, a, T, q}, {&L.attn.k, a, T, k}, {&L.attn.v, a, T, v},
@@ -116,22 +117,14 @@ void Model::forward_batch(const BatchItem* items, int nitems, float* logits, Att
 #pragma omp parallel for schedule(static) if (T > 1)
     for (int64_t t = 0; t < T; ++t) {
       const float *cs = &rope_cos_[t * half], *sn = &rope_sin_[t * half];
-      for (int h = 0; h < c.n_heads; ++h) {
-        float* qh = q + t * QW + h * D;
-        rms_norm(qh, L.attn.q_norm.data(), D, c.rms_eps, qh);
-        rope_apply(qh, c.rotary_dim, cs, sn);
-      }
-      for (int g = 0; g < c.n_kv_heads; ++g) {
-        float* kh = k + t * KW + g * D;
-        rms_norm(kh, L.attn.k_norm.data(), D, c.rms_eps, kh);
-        rope_apply(kh, c.rotary_dim, cs, sn);
-      }
+      rms_norm_rows(q + t * QW, D, L.attn.q_norm.data(), D, c.n_heads, c.rms_eps, q + t * QW, D);
+      for (int h = 0; h < c.n_heads; ++h) rope_apply(q + t * QW + h * D, c.rotary_dim, cs, sn);
+      rms_norm_rows(k + t * KW, D, L.attn.k_norm.data(), D, c.n_kv_heads, c.rms_eps, k + t * KW, D);
+      for (int g = 0; g < c.n_kv_heads; ++g) rope_apply(k + t * KW + g * D, c.rotary_dim, cs, sn);
       if (sparse) {
-        for (int g = 0; g < c.index_heads; ++g) {
-          float* iqh = iq_.data() + t * IW + g * ID;
-          rms_norm(iqh, L.attn.index_q_norm.data(), ID, c.rms_eps, iqh);
-          rope_apply(iqh, c.rotary_dim, cs, sn);
-        }
+        float* iqt = iq_.data() + t * IW;
+        rms_norm_rows(iqt, ID, L.attn.index_q_norm.data(), ID, c.index_heads, c.rms_eps, iqt, ID);
+        for (int g = 0; g < c.index_heads; ++g) rope_apply(iqt + g * ID, c.rotary_dim, cs, sn);
         float* ikt = ik_.data() + t * ID;
         rms_norm(ikt, L.attn.index_k_norm.data(), ID, c.rms_eps, ikt);
         rope_apply(ikt, c.rotary_dim, cs, sn);
@@ -144,10 +137,11 @@ void Model::forward_batch(const BatchItem* items, int nitems, float* logits, Att
     linear_forward(L.attn.o, att_.data(), T, tmp_.data());
     const float* tmp = tmp_.data();  // the attention output, then the FFN's
     // Residual add and FFN norm, per token.
-#pragma omp parallel for schedule(static) if (T > 1)
-    for (int64_t t = 0; t < T; ++t) {
-      for (int64_t i = t * H; i < (t + 1) * H; ++i) x[i] += tmp[i];
-      rms_norm(x + t * H, L.post_attn_norm.data(), H, c.rms_eps, a + t * H);
+#pragma omp parallel for schedule(static) if (T > 4)
+    for (int64_t t = 0; t < T; t += 4) {
+      const int64_t n = std::min<int64_t>(4, T - t);
+      for (int64_t i = t * H; i < (t + n) * H; ++i) x[i] += tmp[i];
+      rms_norm_rows(x + t * H, H, L.post_attn_norm.data(), H, n, c.rms_eps, a + t * H, H);
     }
 
     // FFN block.

@@ -14,6 +14,7 @@
 
 #include "formats/dtype.h"
 #include "kernels/cpu/dispatch.h"
+#include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/linear.h"
 
 namespace {
@@ -712,6 +713,32 @@ TEST(KernelsIsaAttention, Bf16KernelsEqualFp32KernelsOnWidenedRows) {
           EXPECT_EQ(acca, accb) << isa << " attn_block H=" << H << " D=" << D << " n=" << n;
         }
       }
+    }
+  }
+}
+
+// rms_norm_rows (prefill rows and per-head norms, four rows' sums at once) gives each row the bits
+// of rms_norm on that row alone: any row count (full groups of four and tails), strided rows, in
+// place and not, rows whose magnitudes differ by many powers of two.
+TEST(ElementwiseRmsNormRows, SameBitsAsOneRowAtATime) {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  for (int64_t n : {128, 2048, 37}) {
+    std::vector<float> g1p(static_cast<size_t>(n));
+    for (auto& g : g1p) g = 1.0f + 0.1f * nd(rng);
+    for (int64_t rows = 0; rows <= 9; ++rows) {
+      const int64_t xs = n + 3;  // rows further apart than their length
+      std::vector<float> x(size_t(rows * xs));
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t i = 0; i < n; ++i) x[size_t(r * xs + i)] = nd(rng) * std::ldexp(1.0f, int(r * 7 % 41) - 20);
+      std::vector<float> want(size_t(rows * n)), got(size_t(rows * n)), inplace = x;
+      for (int64_t r = 0; r < rows; ++r) m3::rms_norm(&x[size_t(r * xs)], g1p.data(), n, 1e-6f, &want[size_t(r * n)]);
+      m3::rms_norm_rows(x.data(), xs, g1p.data(), n, rows, 1e-6f, got.data(), n);
+      EXPECT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * 4)) << "n=" << n << " rows=" << rows;
+      m3::rms_norm_rows(inplace.data(), xs, g1p.data(), n, rows, 1e-6f, inplace.data(), xs);
+      for (int64_t r = 0; r < rows; ++r)
+        EXPECT_EQ(0, std::memcmp(&want[size_t(r * n)], &inplace[size_t(r * xs)], size_t(n) * 4))
+            << "in place, n=" << n << " rows=" << rows << " row " << r;
     }
   }
 }

@@ -13,6 +13,28 @@ void rms_norm(const float* x, const float* gamma1p, int64_t n, float eps, float*
   for (int64_t i = 0; i < n; ++i) out[i] = x[i] * inv * gamma1p[i];
 }
 
+void rms_norm_rows(const float* x, int64_t xs, const float* gamma1p, int64_t n, int64_t rows, float eps, float* out,
+                   int64_t os) {
+  int64_t r = 0;
+  for (; r + 4 <= rows; r += 4) {
+    const float *x0 = x + r * xs, *x1 = x0 + xs, *x2 = x1 + xs, *x3 = x2 + xs;
+    double s[4] = {0.0, 0.0, 0.0, 0.0};  // each row's sum in rms_norm's order
+    for (int64_t i = 0; i < n; ++i) {
+      s[0] += double(x0[i]) * double(x0[i]);
+      s[1] += double(x1[i]) * double(x1[i]);
+      s[2] += double(x2[i]) * double(x2[i]);
+      s[3] += double(x3[i]) * double(x3[i]);
+    }
+    for (int j = 0; j < 4; ++j) {
+      const float inv = float(1.0 / std::sqrt(s[j] / double(n) + double(eps)));
+      const float* xj = x + (r + j) * xs;
+      float* oj = out + (r + j) * os;
+      for (int64_t i = 0; i < n; ++i) oj[i] = xj[i] * inv * gamma1p[i];
+    }
+  }
+  for (; r < rows; ++r) rms_norm(x + r * xs, gamma1p, n, eps, out + r * os);
+}
+
 void rope_table(int64_t pos, int rotary_dim, double theta, float* cos_out, float* sin_out) {
   const int half = rotary_dim / 2;
   for (int i = 0; i < half; ++i) {
