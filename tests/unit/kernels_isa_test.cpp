@@ -230,6 +230,47 @@ TEST(KernelsIsaClaimed, ManyJobsAnyThreadCountSameBits) {
   omp_set_num_threads(saved);
 }
 
+// Steps of 2..8 tokens run each MXFP8 / NVFP4 tile through the in-register decode for up to three
+// tokens at once (linear_impl.inc, tile_tokens); more tokens, and matrices the fast forms do not
+// cover (an MXFP8 scale code above kMxfp8PrescaleMaxCode, NVFP4 scales the placed form would round),
+// take the decoded-tile path. Every output keeps the bits of the same token computed alone, for
+// every token count from 2 to 10 (groups of three, two and one), row-major and tiled, full tiles
+// and a tail row.
+TEST(KernelsIsaFewTokens, EveryTokenCountSameBitsAsOneToken) {
+  std::mt19937 rng(41);
+  const int64_t N = 13, K = 256;  // 3 tiles and a tail row
+  int runs = 0;
+  for (int variant = 0; variant < 4; ++variant)
+    for (bool tiled : {false, true}) {
+      const m3::LinearKind kind = variant < 2 ? m3::LinearKind::MXFP8 : m3::LinearKind::NVFP4;
+      Mat m = make_matrix(kind, N, K, rng);
+      if (variant == 1) m.s[5] = uint8_t(m3::kMxfp8PrescaleMaxCode + 3);  // row 0 of tile 0: outside the fast form
+      if (variant == 3) m.lin.global_div = 3 * 0x1p100f;  // placed NVFP4 scales would round
+      m3::set_scale_range(m.lin);
+      if (tiled && !m3::tile_rows(m.lin, m.w.data())) continue;
+      for (const char* isa : {"generic", "avx2", "avx512"}) {
+        const m3::CpuOps* ops = m3::cpu_ops_for(isa);
+        if (!ops) continue;
+        std::vector<float> scratch(m3::kLinearTileRows * K);
+        for (int64_t T = 2; T <= 10; ++T) {
+          std::vector<float> x(size_t(T * K));
+          std::normal_distribution<float> nd(0.f, 1.f);
+          for (auto& v : x) v = nd(rng);
+          std::vector<float> y(static_cast<size_t>(T * N)), y1(static_cast<size_t>(N));
+          ops->linear_rows(m.lin, x.data(), T, y.data(), 0, N, scratch.data());
+          for (int64_t t = 0; t < T; ++t) {
+            ops->linear_rows(m.lin, x.data() + t * K, 1, y1.data(), 0, N, scratch.data());
+            ASSERT_EQ(std::memcmp(y1.data(), y.data() + t * N, size_t(N) * 4), 0)
+                << isa << " " << m3::linear_kind_name(kind) << " variant " << variant << (tiled ? " tiled" : "")
+                << " T=" << T << " token " << t;
+          }
+          ++runs;
+        }
+      }
+    }
+  EXPECT_GE(runs, 8 * 9);
+}
+
 // Products of 128 tokens and more run in panels of decoded tiles (linear_impl.inc, rows_panels): every
 // output keeps the bits of the same token computed alone, for every format, row-major and tiled, with
 // panels of 4 tiles and a short last panel (37 rows: 9 tiles and a tail row) and token counts that end
