@@ -230,7 +230,7 @@ TEST(KernelsIsaClaimed, ManyJobsAnyThreadCountSameBits) {
   omp_set_num_threads(saved);
 }
 
-// Steps of 2..8 tokens run each MXFP8 / NVFP4 tile through the in-register decode for up to three
+// Steps of 2..8 tokens run each BF16 / MXFP8 / NVFP4 tile through the in-register decode for up to three
 // tokens at once (linear_impl.inc, tile_tokens); more tokens, and matrices the fast forms do not
 // cover (an MXFP8 scale code above kMxfp8PrescaleMaxCode, NVFP4 scales the placed form would round),
 // take the decoded-tile path. Every output keeps the bits of the same token computed alone, for
@@ -240,9 +240,10 @@ TEST(KernelsIsaFewTokens, EveryTokenCountSameBitsAsOneToken) {
   std::mt19937 rng(41);
   const int64_t N = 13, K = 256;  // 3 tiles and a tail row
   int runs = 0;
-  for (int variant = 0; variant < 4; ++variant)
+  for (int variant = 0; variant < 5; ++variant)
     for (bool tiled : {false, true}) {
-      const m3::LinearKind kind = variant < 2 ? m3::LinearKind::MXFP8 : m3::LinearKind::NVFP4;
+      const m3::LinearKind kind =
+          variant < 2 ? m3::LinearKind::MXFP8 : variant < 4 ? m3::LinearKind::NVFP4 : m3::LinearKind::BF16;
       Mat m = make_matrix(kind, N, K, rng);
       if (variant == 1) m.s[5] = uint8_t(m3::kMxfp8PrescaleMaxCode + 3);  // row 0 of tile 0: outside the fast form
       if (variant == 3) m.lin.global_div = 3 * 0x1p100f;  // placed NVFP4 scales would round
@@ -268,7 +269,7 @@ TEST(KernelsIsaFewTokens, EveryTokenCountSameBitsAsOneToken) {
         }
       }
     }
-  EXPECT_GE(runs, 8 * 9);
+  EXPECT_GE(runs, 10 * 9);
 }
 
 // Products of 128 tokens and more run in panels of decoded tiles (linear_impl.inc, rows_panels): every
