@@ -25,7 +25,8 @@ struct RooflineOptions {
 struct MachineLimits {
   double read_gbs = 0;   // GB/s (1e9 bytes/s), streaming read over a buffer >> caches
   double fma_gflops = 0; // GFLOP/s (an FMA is 2 FLOPs), all threads
-  std::string isa;
+  std::string isa;      // the probes' vector ISA: the widest this CPU has
+  int fma_lanes = 8;    // fp32 lanes per FMA of the FMA probe
   int threads = 1;
 };
 

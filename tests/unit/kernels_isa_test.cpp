@@ -303,6 +303,48 @@ TEST(KernelsIsaPanels, ManyTokensSameBitsAsOneToken) {
   EXPECT_GE(runs, 12);
 }
 
+// The avx512 build's 512-bit kernels (linear_avx512.inc: two rows per vector, each lane fed as the
+// AVX2 kernel's) give the AVX2 build's bits: tiled MXFP8 / NVFP4 / BF16 in the decode step, steps of
+// a few tokens (in registers, groups of six) and many (panels, 18 tiles: one panel of 16 and one of
+// 2), with a tail row; and the matrices they leave to the AVX2 kernels (row-major, MXFP8 codes above
+// kMxfp8PrescaleMaxCode, NVFP4 scales the placed form would round).
+TEST(KernelsIsaAvx512, SameBitsAsAvx2) {
+  const m3::CpuOps* a2 = m3::cpu_ops_for("avx2");
+  const m3::CpuOps* a5 = m3::cpu_ops_for("avx512");
+  if (!a2 || !a5) {
+    GTEST_SKIP() << "this CPU has no avx512 (F, BW, DQ, VL, VBMI) build";
+  }
+  std::mt19937 rng(77);
+  const int64_t N = 73, K = 256;
+  int runs = 0;
+  for (int variant = 0; variant < 5; ++variant)
+    for (bool tiled : {true, false}) {
+      const m3::LinearKind kind =
+          variant < 2 ? m3::LinearKind::MXFP8 : variant < 4 ? m3::LinearKind::NVFP4 : m3::LinearKind::BF16;
+      Mat m = make_matrix(kind, N, K, rng);
+      if (variant == 1) m.s[9] = uint8_t(m3::kMxfp8PrescaleMaxCode + 3);
+      if (variant == 3) m.lin.global_div = 3 * 0x1p100f;
+      m3::set_scale_range(m.lin);
+      if (tiled) {
+        ASSERT_TRUE(m3::tile_rows(m.lin, m.w.data()));
+      }
+      for (int64_t T : {1, 2, 3, 4, 5, 6, 7, 8, 11, 13, 40, 41, 64, 131}) {
+        std::vector<float> x(size_t(T * K)), scratch(size_t(m3::kLinearTileRows * K));
+        std::normal_distribution<float> nd(0.f, 1.f);
+        for (auto& v : x) v = nd(rng);
+        std::vector<float> y2(size_t(T * N)), y5(size_t(T * N));
+        a2->linear_rows(m.lin, x.data(), T, y2.data(), 0, N, scratch.data());
+        a5->linear_rows(m.lin, x.data(), T, y5.data(), 0, N, scratch.data());
+        for (int64_t i = 0; i < T * N; ++i)
+          ASSERT_EQ(std::memcmp(&y2[i], &y5[i], 4), 0)
+              << m3::linear_kind_name(kind) << " variant " << variant << (tiled ? " tiled" : "") << " T=" << T
+              << " token " << i / N << " row " << i % N << ": " << y2[i] << " vs " << y5[i];
+        ++runs;
+      }
+    }
+  EXPECT_EQ(runs, 5 * 2 * 14);
+}
+
 // The tiled layout (Linear::tiled: each 4-row tile's rows interleaved in chunks, for the decode step's
 // sequential read) changes where bytes lie, never a result: every ISA gives the same bits for one and
 // several tokens as on the row-major bytes, for full tiles and the row-major tail rows, and the

@@ -1,5 +1,11 @@
 // The kernel table compiled for avx512 (flags set per file in CMakeLists.txt).
+// GCC 12 reports the _mm512_undefined_* operands inside its own AVX-512 intrinsics (broadcast,
+// extract, the 512-to-256 cast) as (maybe-)uninitialized once inlined; they are the intrinsics'
+// "don't care" inputs.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <limits>
