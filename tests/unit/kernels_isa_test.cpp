@@ -754,6 +754,65 @@ TEST(KernelsIsaAttention, AttnBlocksMatchReference) {
 
 // The BF16 variants (reading a BF16 cache in place) give exactly the fp32 kernels' results on the
 // widened rows, in every ISA build, including off-tile head counts, widths and key counts.
+// The avx512 build's attention kernels (attention_avx512.inc: two heads per vector for the scores, 16
+// dimensions per vector for P·V) give the AVX2 build's bits: the index scan and block attention over
+// fp32 and BF16 rows, for head counts whose groups of four take the 512-bit scores (4, 8) and others
+// (6: a group of 2 on the AVX2 path), D = 128 and 136 (P·V slices of 48, 32 and 16, then 8), blocks
+// of 128, 5 and 1 keys.
+TEST(KernelsIsaAttention, Avx512SameBitsAsAvx2) {
+  const m3::CpuOps* a2 = m3::cpu_ops_for("avx2");
+  const m3::CpuOps* a5 = m3::cpu_ops_for("avx512");
+  if (!a2 || !a5) {
+    GTEST_SKIP() << "this CPU has no avx512 (F, BW, DQ, VL, VBMI) build";
+  }
+  std::mt19937 rng(99);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  for (int H : {4, 6, 8})
+    for (int D : {128, 136}) {
+      const int64_t N = 128 + 5 + 1, qs = D + 8, ks = D + 16;
+      std::vector<float> q(size_t(H * qs)), K(size_t(N * ks)), V(size_t(N * ks));
+      for (auto& v : q) v = 2.f * nd(rng);
+      for (auto& v : K) v = nd(rng);
+      for (auto& v : V) v = nd(rng);
+      std::vector<uint16_t> Kb(K.size()), Vb(V.size());
+      for (size_t i = 0; i < K.size(); ++i) Kb[i] = m3::float_to_bf16(K[i]), Vb[i] = m3::float_to_bf16(V[i]);
+      for (int bf16 = 0; bf16 < 2; ++bf16) {
+        std::vector<float> mx2(size_t(H), -1e30f), mx5 = mx2;
+        if (bf16) {
+          a2->max_dots_bf16(q.data(), qs, H, Kb.data(), ks, N, D, mx2.data());
+          a5->max_dots_bf16(q.data(), qs, H, Kb.data(), ks, N, D, mx5.data());
+        } else {
+          a2->max_dots(q.data(), qs, H, K.data(), ks, N, D, mx2.data());
+          a5->max_dots(q.data(), qs, H, K.data(), ks, N, D, mx5.data());
+        }
+        EXPECT_EQ(std::memcmp(mx2.data(), mx5.data(), mx2.size() * 4), 0) << "max_dots H=" << H << " D=" << D << " bf16=" << bf16;
+        std::vector<float> out[2];
+        for (int w = 0; w < 2; ++w) {
+          const m3::CpuOps* ops = w ? a5 : a2;
+          std::vector<float> m(size_t(H), -std::numeric_limits<float>::infinity()), l(size_t(H), 0.f),
+              acc(size_t(H) * D, 0.f), scratch(size_t(H) * (128 + 8));
+          int64_t lo = 0;
+          for (int64_t n : {128, 5, 1}) {
+            if (bf16)
+              ops->attn_block_bf16(q.data(), qs, H, Kb.data() + lo * ks, ks, Vb.data() + lo * ks, ks, n, D, 0.09f,
+                                   m.data(), l.data(), acc.data(), scratch.data(), nullptr, 0, 0);
+            else
+              ops->attn_block(q.data(), qs, H, K.data() + lo * ks, ks, V.data() + lo * ks, ks, n, D, 0.09f, m.data(),
+                              l.data(), acc.data(), scratch.data(), nullptr, 0, 0);
+            lo += n;
+          }
+          out[w] = acc;
+          out[w].insert(out[w].end(), m.begin(), m.end());
+          out[w].insert(out[w].end(), l.begin(), l.end());
+        }
+        for (size_t i = 0; i < out[0].size(); ++i)
+          ASSERT_EQ(std::memcmp(&out[0][i], &out[1][i], 4), 0)
+              << "attn_block H=" << H << " D=" << D << " bf16=" << bf16 << " value " << i << ": " << out[0][i]
+              << " vs " << out[1][i];
+      }
+    }
+}
+
 TEST(KernelsIsaAttention, Bf16KernelsEqualFp32KernelsOnWidenedRows) {
   std::mt19937 rng(13);
   std::normal_distribution<float> nd(0.f, 1.f);
