@@ -24,6 +24,7 @@
 #include "engine/kv_pool.h"
 #include "formats/error.h"
 #include "formats/host_memory.h"
+#include "kernels/cpu/aligned_vector.h"
 #include "kernels/cpu/dispatch.h"
 #include "kernels/cpu/linear.h"
 #include "model/attention.h"
@@ -243,7 +244,7 @@ void run_roofline(const RooflineOptions& o) {
 
   std::mt19937 rng(1);
   std::normal_distribution<float> nd(0.f, 1.f);
-  auto rnd = [&](std::vector<float>& v) {
+  auto rnd = [&](auto& v) {
     for (auto& x : v) x = nd(rng) * 0.5f;
   };
   const int D = c.head_dim, G = c.n_kv_heads, ID = c.index_dim;
@@ -299,7 +300,7 @@ void run_roofline(const RooflineOptions& o) {
       r.flops += flops;
     };
     int64_t maxk = std::max<int64_t>({c.hidden, qw, c.dense_inter, c.moe_inter, c.shared_inter});
-    std::vector<float> x(size_t(T * maxk)), y(size_t(T * std::max<int64_t>(maxk, c.vocab)));
+    AlignedVector<float> x(size_t(T * maxk)), y(size_t(T * std::max<int64_t>(maxk, c.vocab)));
     rnd(x);
     auto lin = [&](const std::string& cls, const Linear& L, int64_t rows) {
       if (L.empty() || rows == 0) return;
@@ -308,10 +309,10 @@ void run_roofline(const RooflineOptions& o) {
           2.0 * rows * L.N * L.K);
     };
     const int64_t start = decode ? o.context : 0;
-    std::vector<float> q(size_t(T * qw)), iq(size_t(T * std::max(c.index_heads * ID, 1))), out(size_t(T * qw));
+    AlignedVector<float> q(size_t(T * qw)), iq(size_t(T * std::max(c.index_heads * ID, 1))), out(size_t(T * qw));
     rnd(q);
     rnd(iq);
-    std::vector<float> m(size_t(T * c.hidden));
+    AlignedVector<float> m(size_t(T * c.hidden));
     rnd(m);
     std::vector<int32_t> ex(size_t(T * std::max(c.experts_per_tok, 1)));
     std::vector<float> ew(ex.size());

@@ -15,6 +15,7 @@
 #include <limits>
 #include <vector>
 
+#include "kernels/cpu/aligned_vector.h"
 #include "kernels/cpu/dispatch.h"
 #include "model/msa_select.h"
 
@@ -32,12 +33,12 @@ struct DecodedBlock {
   int64_t lo = -1, n = 0, ks = 0, vs = 0;
   uint64_t epoch = 0, used = 0;
   const float *K = nullptr, *V = nullptr;
-  std::vector<float> k, v;
+  AlignedVector<float> k, v;
 };
 constexpr int kDecodedBlocks = 40;  // per thread: the blocks one group of a prefill chunk reads
 
 struct Scratch {
-  std::vector<float> kbuf, vbuf, ibuf, scores, blk_scores, acc, m, l;
+  AlignedVector<float> kbuf, vbuf, ibuf, scores, blk_scores, acc, m, l;
   std::vector<int32_t> cand, chosen;
   std::vector<uint8_t> mask;
   std::vector<DecodedBlock> decoded;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "formats/safetensors.h"
+#include "kernels/cpu/aligned_vector.h"
 #include "kernels/cpu/linear.h"
 #include "model/config.h"
 #include "model/kv_view.h"
@@ -91,7 +92,7 @@ class DSparkDraft {
   double bytes_ = 0;
   // Workspace, grown on demand.
   int64_t ws_rows_ = 0;
-  std::vector<float> x_, a_, q_, k_, v_, att_, tmp_, g_, u_, cos_, sin_, w1row_, mk_;
+  AlignedVector<float> x_, a_, q_, k_, v_, att_, tmp_, g_, u_, cos_, sin_, w1row_, mk_;
 };
 
 }  // namespace m3

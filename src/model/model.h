@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cpu/aligned_vector.h"
 #include "model/attention.h"
 #include "model/config.h"
 #include "model/kv_cache.h"
@@ -72,7 +73,7 @@ class Model {
   std::unique_ptr<Weights> weights_;
   // Step workspace, grown on demand (decode reuses it without allocating).
   int64_t ws_tokens_ = 0;
-  std::vector<float> x_, a_, q_, k_, v_, iq_, ik_, att_, tmp_, rope_cos_, rope_sin_;
+  AlignedVector<float> x_, a_, q_, k_, v_, iq_, ik_, att_, tmp_, rope_cos_, rope_sin_;
   std::vector<int32_t> tok_;
   std::vector<int64_t> pos_, item_of_;
   std::vector<AttnSeq> seqs_;

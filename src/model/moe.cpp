@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "kernels/cpu/dispatch.h"
+#include "kernels/cpu/aligned_vector.h"
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/linear.h"
 
@@ -16,7 +17,7 @@ namespace {
 // y[T, H] = down(SwiGLU_OAI(gate(x), up(x))); gate and up share one parallel region; buffers
 // reused across calls.
 void swiglu_mlp(const ModelConfig& cfg, const ExpertWeights& W, const float* x, int64_t T, float* y) {
-  thread_local std::vector<float> g, u;
+  thread_local AlignedVector<float> g, u;
   const int64_t F = W.gate.N;
   if (g.size() < size_t(T * F)) {
     g.resize(size_t(T * F));
@@ -66,7 +67,7 @@ void ffn_forward(const ModelConfig& cfg, const LayerWeights& L, bool moe, const 
   }
   const int K = cfg.experts_per_tok, E = cfg.n_experts;
   thread_local std::vector<int32_t> ex;
-  thread_local std::vector<float> wt, xin, yout;
+  thread_local AlignedVector<float> wt, xin, yout;
   thread_local std::vector<std::vector<std::pair<int64_t, float>>> members;
   thread_local std::vector<int64_t> slot;  // [T * K]: the token's index in members[expert]
   ex.resize(size_t(T * K));
@@ -85,7 +86,7 @@ void ffn_forward(const ModelConfig& cfg, const LayerWeights& L, bool moe, const 
   // product, one for every down product, threads over experts x rows.
   thread_local std::vector<LinearJob> jobs;
   thread_local std::vector<int64_t> x_off, h_off, y_off;
-  thread_local std::vector<float> hg, hu;
+  thread_local AlignedVector<float> hg, hu;
   int64_t nx = 0, nh = 0, ny = 0;
   x_off.assign(E, 0);
   h_off.assign(E + 1, 0);

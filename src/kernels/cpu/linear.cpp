@@ -1,6 +1,7 @@
 // Threading of the matmul over rows of W (see linear.h); the per-ISA inner loops are in
 // linear_impl.inc.
 #include "kernels/cpu/linear.h"
+#include "kernels/cpu/aligned_vector.h"
 
 #include <omp.h>
 
@@ -224,7 +225,7 @@ bool claim_rows(void* ctx, int64_t* r0, int64_t* r1) {
 
 // This thread's tile scratch for matrices up to maxK wide (grown only: no allocation in steady state).
 float* tile_scratch(int64_t maxK) {
-  static thread_local std::vector<float> scratch;
+  static thread_local AlignedVector<float> scratch;
   if (scratch.size() < size_t(kLinearTileRows * maxK)) scratch.resize(size_t(kLinearTileRows * maxK));
   return scratch.data();
 }

@@ -14,6 +14,7 @@
 #include <immintrin.h>
 
 #include "formats/dtype.h"
+#include "kernels/cpu/aligned_vector.h"
 #include "kernels/cpu/dispatch.h"
 #include "kernels/cpu/element_tables.h"
 
