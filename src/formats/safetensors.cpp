@@ -35,61 +35,68 @@ std::string TensorView::shape_str() const {
 
 namespace {
 
-// The whole file in huge-page-advised memory, made read-only; its page-cache copy is then dropped
-// (advisory: the bytes now live in `buf`).
-void read_into_memory(int fd, const std::string& path, size_t size, HugePageBuffer& buf) {
-  buf = HugePageBuffer(size, path + " (--no-mmap)");
-  uint8_t* dst = buf.data();
+// Reads exactly n bytes at offset off (EINTR retried, 1 GiB per call); throws naming the file and
+// `what` on an error or a short file.
+void pread_all(int fd, const std::string& path, uint8_t* dst, size_t n, size_t off, const char* what) {
   size_t done = 0;
-  while (done < size) {
-    const ssize_t n = ::pread(fd, dst + done, std::min<size_t>(size - done, size_t(1) << 30), off_t(done));
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0)
-      throw Error(path + ": cannot read the file into memory at byte " + std::to_string(done) + ": " +
-                  (n < 0 ? std::strerror(errno) : "unexpected end of file"));
-    done += size_t(n);
+  while (done < n) {
+    const ssize_t r = ::pread(fd, dst + done, std::min<size_t>(n - done, size_t(1) << 30), off_t(off + done));
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0)
+      throw Error(path + ": cannot read " + what + " at byte " + std::to_string(off + done) + ": " +
+                  (r < 0 ? std::strerror(errno) : "unexpected end of file"));
+    done += size_t(r);
   }
-  buf.make_read_only();
-  ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
 }
+
+// WeightMemory::Ram places every tensor on a 64-byte boundary (a cache line, a 512-bit vector).
+// Checkpoint tensors start wherever the header's length leaves them (often only 8-byte aligned),
+// and a kernel's 64-byte load from such a tensor spans two cache lines (speed: BF16 2048 x 2048,
+// one token, 2 threads, from L2: 0.198 ms 8 or 16 bytes off a line against 0.145 ms on one).
+constexpr size_t kTensorAlign = 64;
 
 }  // namespace
 
 SafetensorsFile::SafetensorsFile(const std::string& path, WeightMemory mem) : path_(path) {
   if (mem == WeightMemory::Auto) mem = WeightMemory::Mmap;  // the choice is TensorStore's (it sees every shard)
   const std::string fname = fs::path(path).filename().string();
-  int fd = ::open(path.c_str(), O_RDONLY);
+  struct FileDescriptor {
+    int fd;
+    ~FileDescriptor() {
+      if (fd >= 0) ::close(fd);
+    }
+  } file{::open(path.c_str(), O_RDONLY)};
+  const int fd = file.fd;
   if (fd < 0) throw Error(path + ": cannot open: " + std::strerror(errno));
   struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    ::close(fd);
-    throw Error(path + ": cannot stat: " + std::strerror(errno));
-  }
+  if (::fstat(fd, &st) != 0) throw Error(path + ": cannot stat: " + std::strerror(errno));
   size_ = size_t(st.st_size);
   if (size_ < 8) {
-    ::close(fd);
     throw Error(path + ": truncated file (" + std::to_string(size_) +
                 " bytes; a safetensors file starts with an 8-byte header length)");
   }
-  if (mem == WeightMemory::Ram) {
-    try {
-      read_into_memory(fd, path, size_, ram_);
-    } catch (...) {
-      ::close(fd);
-      throw;
+  const bool ram = mem == WeightMemory::Ram;
+  std::string head;  // Ram: the 8-byte length and the JSON header, read from the file
+  const uint8_t* base = nullptr;
+  uint64_t hlen = 0;
+  if (ram) {
+    head.resize(8);
+    pread_all(fd, path, reinterpret_cast<uint8_t*>(head.data()), 8, 0, "the header length");
+    std::memcpy(&hlen, head.data(), 8);
+    if (hlen <= size_ - 8) {
+      head.resize(size_t(8 + hlen));
+      pread_all(fd, path, reinterpret_cast<uint8_t*>(head.data()) + 8, size_t(hlen), 8, "the header");
     }
-    ::close(fd);
+    base = reinterpret_cast<const uint8_t*>(head.data());
   } else {
     map_ = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
-    ::close(fd);
     if (map_ == MAP_FAILED) {
       map_ = nullptr;
       throw Error(path + ": mmap failed: " + std::strerror(errno));
     }
+    base = static_cast<const uint8_t*>(map_);
+    std::memcpy(&hlen, base, 8);
   }
-  const auto* base = map_ ? static_cast<const uint8_t*>(map_) : ram_.data();
-  uint64_t hlen = 0;
-  std::memcpy(&hlen, base, 8);
   if (hlen > size_ - 8) {
     throw Error(path + ": corrupt header: header length " + std::to_string(hlen) +
                 " exceeds the file size " + std::to_string(size_));
@@ -103,6 +110,7 @@ SafetensorsFile::SafetensorsFile(const std::string& path, WeightMemory mem) : pa
   if (!header.is_object()) throw Error(path + ": corrupt header: expected a JSON object");
   const size_t data_start = 8 + hlen;
   const size_t data_size = size_ - data_start;
+  std::vector<std::pair<uint64_t, TensorView*>> placed;  // Ram: (file offset in the data, tensor)
   for (auto it = header.begin(); it != header.end(); ++it) {
     if (it.key() == "__metadata__") continue;
     const std::string& name = it.key();
@@ -136,10 +144,26 @@ SafetensorsFile::SafetensorsFile(const std::string& path, WeightMemory mem) : pa
     if (need != (unsigned __int128)(en - b))
       throw bad("byte size " + std::to_string(en - b) + " does not match shape " + v.shape_str() + " x " +
                 dtype_name(v.dtype));
-    v.data = base + data_start + b;
+    v.data = ram ? nullptr : base + data_start + b;
     v.nbytes = size_t(en - b);
-    tensors_.emplace(name, std::move(v));
+    TensorView& kept = tensors_.emplace(name, std::move(v)).first->second;
+    if (ram) placed.push_back({b, &kept});
   }
+  if (!ram) return;
+  // Every tensor on its own 64-byte boundary, in file order (one read per tensor).
+  std::sort(placed.begin(), placed.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
+  size_t total = 0;
+  for (auto& [b, v] : placed) total = (total + kTensorAlign - 1) / kTensorAlign * kTensorAlign + v->nbytes;
+  ram_ = HugePageBuffer(std::max<size_t>(total, 1), path + " (--no-mmap)");
+  size_t at = 0;
+  for (auto& [b, v] : placed) {
+    at = (at + kTensorAlign - 1) / kTensorAlign * kTensorAlign;
+    pread_all(fd, path, ram_.data() + at, v->nbytes, data_start + b, ("tensor " + v->name).c_str());
+    v->data = ram_.data() + at;
+    at += v->nbytes;
+  }
+  ram_.make_read_only();
+  ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
 }
 
 SafetensorsFile::~SafetensorsFile() {

@@ -56,7 +56,7 @@ class SafetensorsFile {
  private:
   std::string path_;
   void* map_ = nullptr;  // WeightMemory::Mmap: the file mapping
-  HugePageBuffer ram_;   // WeightMemory::Ram: the file's bytes
+  HugePageBuffer ram_;   // WeightMemory::Ram: the tensors' bytes, each on a 64-byte boundary
   size_t size_ = 0;
   std::map<std::string, TensorView> tensors_;
 };
