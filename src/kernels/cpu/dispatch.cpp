@@ -13,7 +13,8 @@ bool has_avx2() { return __builtin_cpu_supports("avx2") && __builtin_cpu_support
 bool has_avx512() {
   return has_avx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
-         __builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("avx512vnni");
+         __builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("avx512vnni") &&
+         __builtin_cpu_supports("gfni");
 }
 }  // namespace
 
