@@ -279,6 +279,23 @@ TEST(KernelsIsaFewTokens, EveryTokenCountSameBitsAsOneToken) {
   EXPECT_GE(runs, 10 * 16);
 }
 
+// The NVFP4 nibble reorder of tiled chunks (SSE2) against its definition, both ways, on random chunks.
+TEST(KernelsTiled, Nvfp4ChunkNibblesMatchDefinition) {
+  std::mt19937 rng(7);
+  auto code = [](const uint8_t* b, int e) { return (b[e / 2] >> (4 * (e % 2))) & 0x0f; };  // checkpoint order
+  for (int it = 0; it < 2000; ++it) {
+    uint8_t in[16], tiled[16], back[16];
+    for (auto& b : in) b = uint8_t(rng());
+    m3::nvfp4_chunk_nibbles(in, tiled, true);
+    for (int j = 0; j < 16; ++j) {
+      ASSERT_EQ(tiled[j] & 0x0f, code(in, j)) << it << " " << j;
+      ASSERT_EQ(tiled[j] >> 4, code(in, 16 + j)) << it << " " << j;
+    }
+    m3::nvfp4_chunk_nibbles(tiled, back, false);
+    ASSERT_EQ(std::memcmp(in, back, 16), 0) << it;
+  }
+}
+
 // Activation and panel buffers start on a cache line whatever their size (the 512-bit kernels load
 // whole lines from them; see aligned_vector.h).
 TEST(KernelsAlignedVector, StartsOnCacheLine) {

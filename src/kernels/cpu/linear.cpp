@@ -1,8 +1,8 @@
 // Threading of the matmul over rows of W (see linear.h); the per-ISA inner loops are in
 // linear_impl.inc.
 #include "kernels/cpu/linear.h"
-#include "kernels/cpu/aligned_vector.h"
 
+#include <emmintrin.h>
 #include <omp.h>
 
 #include <algorithm>
@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "kernels/cpu/aligned_vector.h"
 #include "kernels/cpu/dispatch.h"
 
 namespace m3 {
@@ -135,14 +136,27 @@ bool tile_rows(Linear& W, uint8_t* bytes) {
   return true;
 }
 
+// SSE2 (every x86-64 CPU) rather than one nibble at a time: the reorder runs over every NVFP4 byte
+// of the checkpoint at load (speed: 400 MB, one thread, 0.61 s scalar, 0.076-0.079 s here).
 void nvfp4_chunk_nibbles(const uint8_t* in, uint8_t* out, bool to_tiled) {
-  auto code = [](const uint8_t* b, int e) { return (b[e / 2] >> (4 * (e % 2))) & 0x0f; };  // checkpoint order
+  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in)), m = _mm_set1_epi8(0x0f);
+  const __m128i lo = _mm_and_si128(v, m), hi = _mm_and_si128(_mm_srli_epi16(v, 4), m);
+  __m128i r;
   if (to_tiled) {
-    for (int j = 0; j < 16; ++j) out[j] = uint8_t(code(in, j) | code(in, 16 + j) << 4);
-    return;
+    // Checkpoint byte j holds elements 2j (low) and 2j + 1 (high): interleaving the low and high
+    // nibbles gives elements 0..15, then 16..31; tiled byte j = element j | element 16 + j << 4.
+    const __m128i e0 = _mm_unpacklo_epi8(lo, hi), e1 = _mm_unpackhi_epi8(lo, hi);
+    r = _mm_or_si128(e0, _mm_slli_epi16(e1, 4));  // e1's bytes are below 16: no bits cross a byte
+  } else {
+    // Tiled: low nibbles are elements 0..15, high nibbles 16..31. Within each 16-bit lane of
+    // (elements 2i, 2i + 1) the shift puts element 2i + 1 above element 2i in the low byte; packing the
+    // low bytes gives checkpoint bytes 0..7 (from lo) and 8..15 (from hi).
+    const __m128i b = _mm_set1_epi16(0x00ff);
+    const __m128i p0 = _mm_and_si128(_mm_or_si128(lo, _mm_srli_epi16(lo, 4)), b);
+    const __m128i p1 = _mm_and_si128(_mm_or_si128(hi, _mm_srli_epi16(hi, 4)), b);
+    r = _mm_packus_epi16(p0, p1);
   }
-  auto tiled_code = [&](int e) { return e < 16 ? in[e] & 0x0f : in[e - 16] >> 4; };
-  for (int j = 0; j < 16; ++j) out[j] = uint8_t(tiled_code(2 * j) | tiled_code(2 * j + 1) << 4);
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(out), r);
 }
 
 bool enable_int8_activations(Linear& W) {
