@@ -170,9 +170,11 @@ for m in vllm:num_requests_running vllm:num_requests_waiting vllm:kv_cache_usage
   grep -q "^$m{" "$TMP/metrics.txt" || fail "metric $m missing"
 done
 
-# A client that disconnects mid-stream: its request is aborted and its pages freed.
-curl -sN --max-time 0.5 "${A[@]}" "$U/v1/completions" \
-  -d '{"prompt":"Once upon a time","max_tokens":3950,"ignore_eos":true,"stream":true}' >"$TMP/cut.txt" || true
+# A client that disconnects mid-stream: its request is aborted and its pages freed. The request asks for
+# 16 completions of 3950 tokens (about 14 s on two cores; one completion alone took 1.35 s through
+# the server, too close to the client's timeouts on a fast machine), so it outlasts the client.
+LONGREQ='"prompt":"Once upon a time","max_tokens":3950,"ignore_eos":true,"n":16'
+curl -sN --max-time 0.5 "${A[@]}" "$U/v1/completions" -d "{$LONGREQ,\"stream\":true}" >"$TMP/cut.txt" || true
 grep -q '^data: {' "$TMP/cut.txt" || fail "no chunk before the disconnect"
 grep -q 'DONE' "$TMP/cut.txt" && fail "the long stream finished before the client left (make it longer)"
 ok=""
@@ -189,8 +191,7 @@ echo "$M" | grep -q '^vllm:kv_cache_usage_perc{[^}]*} 0$' || true  # cached pref
 # sends whitespace heartbeats, the write fails, and the request is aborted (abort count goes up).
 aborts() { curl -s "$U/metrics" | sed -n 's/^vllm:request_success_total{[^}]*finished_reason="abort"} \([0-9]*\).*/\1/p' | head -1; }
 A0=$(aborts)
-curl -s --max-time 1.5 "${A[@]}" "$U/v1/completions" \
-  -d '{"prompt":"Once upon a time","max_tokens":3950,"ignore_eos":true}' >"$TMP/cut2.txt" || true
+curl -s --max-time 1.5 "${A[@]}" "$U/v1/completions" -d "{$LONGREQ}" >"$TMP/cut2.txt" || true
 grep -q '"choices"' "$TMP/cut2.txt" && fail "the long non-streaming request finished before the client left"
 ok=""
 for _ in $(seq 1 100); do
