@@ -70,6 +70,9 @@ Mat make_matrix(m3::LinearKind kind, int64_t N, int64_t K, std::mt19937& rng) {
   return m;
 }
 
+// Why the avx2-against-avx512 tests skip (dispatch.cpp's has_avx512).
+constexpr const char* kNoAvx512 = "this CPU cannot run the avx512 build (AVX-512 F, BW, DQ, VL, VBMI, VNNI and GFNI)";
+
 class KernelsIsa : public testing::TestWithParam<m3::LinearKind> {};
 
 TEST_P(KernelsIsa, AllIsasMatchReference) {
@@ -339,11 +342,8 @@ TEST(KernelsIsaPanels, ManyTokensSameBitsAsOneToken) {
 // 2), with a tail row; and the matrices they leave to the AVX2 kernels (row-major, MXFP8 codes above
 // kMxfp8PrescaleMaxCode, NVFP4 scales the placed form would round).
 TEST(KernelsIsaAvx512, SameBitsAsAvx2) {
-  const m3::CpuOps* a2 = m3::cpu_ops_for("avx2");
-  const m3::CpuOps* a5 = m3::cpu_ops_for("avx512");
-  if (!a2 || !a5) {
-    GTEST_SKIP() << "this CPU has no avx512 (F, BW, DQ, VL, VBMI) build";
-  }
+  const m3::CpuOps *a2 = m3::cpu_ops_for("avx2"), *a5 = m3::cpu_ops_for("avx512");
+  if (!a2 || !a5) GTEST_SKIP() << kNoAvx512;
   std::mt19937 rng(77);
   const int64_t N = 73, K = 256;
   int runs = 0;
@@ -782,19 +782,14 @@ TEST(KernelsIsaAttention, AttnBlocksMatchReference) {
   }
 }
 
-// The BF16 variants (reading a BF16 cache in place) give exactly the fp32 kernels' results on the
-// widened rows, in every ISA build, including off-tile head counts, widths and key counts.
 // The avx512 build's attention kernels (attention_avx512.inc: two heads per vector for the scores, 16
 // dimensions per vector for P·V) give the AVX2 build's bits: the index scan and block attention over
 // fp32 and BF16 rows, for head counts whose groups of four take the 512-bit scores (4, 8) and others
 // (6: a group of 2 on the AVX2 path), D = 128 and 136 (P·V slices of 48, 32 and 16, then 8), blocks
 // of 128, 5 and 1 keys.
 TEST(KernelsIsaAttention, Avx512SameBitsAsAvx2) {
-  const m3::CpuOps* a2 = m3::cpu_ops_for("avx2");
-  const m3::CpuOps* a5 = m3::cpu_ops_for("avx512");
-  if (!a2 || !a5) {
-    GTEST_SKIP() << "this CPU has no avx512 (F, BW, DQ, VL, VBMI) build";
-  }
+  const m3::CpuOps *a2 = m3::cpu_ops_for("avx2"), *a5 = m3::cpu_ops_for("avx512");
+  if (!a2 || !a5) GTEST_SKIP() << kNoAvx512;
   std::mt19937 rng(99);
   std::normal_distribution<float> nd(0.f, 1.f);
   for (int H : {4, 6, 8})
@@ -843,6 +838,8 @@ TEST(KernelsIsaAttention, Avx512SameBitsAsAvx2) {
     }
 }
 
+// The BF16 variants (reading a BF16 cache in place) give exactly the fp32 kernels' results on the
+// widened rows, in every ISA build, including off-tile head counts, widths and key counts.
 TEST(KernelsIsaAttention, Bf16KernelsEqualFp32KernelsOnWidenedRows) {
   std::mt19937 rng(13);
   std::normal_distribution<float> nd(0.f, 1.f);
