@@ -339,6 +339,7 @@ BENCHMARK(BM_attention_decode)
 BENCHMARK(BM_attention_decode)
     ->Args({16384, 1, 0, 1})
     ->Args({16384, 1, 1, 1})
+    ->Args({16384, 2, 0, 1})
     ->Args({16384, 3, 0, 1})
     ->Iterations(40)
     ->UseManualTime();
