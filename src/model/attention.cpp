@@ -203,10 +203,11 @@ void attention_batch(const ModelConfig& cfg, int layer, const AttnSeq* seqs, int
   // (token, block) items for the index scan.
   // (thread_local storage, used through these references: inside the parallel region a
   // thread_local name would refer to each worker's own, empty, instance.)
-  thread_local std::vector<int64_t> tl_first_item, tl_scan_first, tl_score_off, tl_scan_rows;
+  thread_local std::vector<int64_t> tl_first_item, tl_scan_first, tl_score_off, tl_scan_rows, tl_tile_start,
+      tl_tile_first;
   thread_local std::vector<float> tl_scores;
   std::vector<int64_t>&first_item = tl_first_item, &scan_first = tl_scan_first, &score_off = tl_score_off,
-  &scan_rows = tl_scan_rows;
+  &scan_rows = tl_scan_rows, &tile_start = tl_tile_start, &tile_first = tl_tile_first;
   std::vector<float>& scores = tl_scores;
   first_item.assign(size_t(nseq) + 1, 0);
   for (int i = 0; i < nseq; ++i) first_item[i + 1] = first_item[i] + seqs[i].T * G;
@@ -232,29 +233,56 @@ void attention_batch(const ModelConfig& cfg, int layer, const AttnSeq* seqs, int
       scan_first.push_back(scan_first.back() + nvis);
     }
   if (scores.size() < size_t(nscores)) scores.resize(size_t(nscores));
-  const int64_t scan_work = scan_first.back();
+  // Scan items: (tile, block), a tile being up to kScanTile consecutive tokens of one sequence, which
+  // scan the blocks they all see together (ops.max_dots_bf16_multi reads each key once for the tile).
+  // A tile has as many items as its last token has visible blocks.
+  constexpr size_t kScanTile = 4;
+  constexpr int64_t kRowMask = (int64_t(1) << 40) - 1;
+  tile_start.clear();
+  tile_first.assign(1, 0);
+  for (size_t r = 0; r < scan_rows.size();) {
+    size_t e = r + 1;
+    while (e < scan_rows.size() && e - r < kScanTile && (scan_rows[e] >> 40) == (scan_rows[r] >> 40) &&
+           (scan_rows[e] & kRowMask) == (scan_rows[e - 1] & kRowMask) + 1)
+      ++e;
+    tile_start.push_back(int64_t(r));
+    tile_first.push_back(tile_first.back() + scan_first[e] - scan_first[e - 1]);
+    r = e;
+  }
+  tile_start.push_back(int64_t(scan_rows.size()));
+  const int64_t scan_work = tile_first.back();
 
 #pragma omp parallel if (work > 1 || scan_work > 1)
   {
     thread_local Scratch s;
-#pragma omp for schedule(dynamic, 4)
+#pragma omp for schedule(dynamic, 1)
     for (int64_t w = 0; w < scan_work; ++w) {
-      const size_t ri = size_t(std::upper_bound(scan_first.begin(), scan_first.end(), w) - scan_first.begin()) - 1;
-      const int si = int(scan_rows[ri] >> 40);
-      const int64_t row = scan_rows[ri] & ((int64_t(1) << 40) - 1);
-      const AttnSeq& sq = seqs[si];
-      const int64_t pos = sq.start + (row - sq.row0);
-      const int64_t c = w - scan_first[ri];
+      const size_t ti = size_t(std::upper_bound(tile_first.begin(), tile_first.end(), w) - tile_first.begin()) - 1;
+      const int64_t c = w - tile_first[ti];
+      const AttnSeq& sq = seqs[int(scan_rows[size_t(tile_start[ti])] >> 40)];
       const KVView& kv = *sq.kv;
       const int chunk = kv.chunk();
-      // Index scores: raw fp32 dot products of each group's index query with every index key <= pos,
-      // max-pooled per block (= page).
       if (s.ibuf.size() < size_t(chunk) * ID) s.ibuf.resize(size_t(chunk) * ID);
-      const int64_t lo = c * chunk, n = std::min<int64_t>(pos, lo + chunk - 1) - lo + 1;
-      const float* iqr = iq + row * int64_t(cfg.index_heads) * ID;
-      float* m = scores.data() + score_off[row] + c * G;
-      for (int g = 0; g < G; ++g) m[g] = kNegInf;
-      index_scan_block(kv, layer, lo, n, iqr, ID, G, s.ibuf.data(), m);
+      // Index scores: raw fp32 dot products of each group's index query with every index key <= pos,
+      // max-pooled per block (= page). Tokens that see all of block c scan it together.
+      const int64_t lo = c * chunk;
+      const float* full_q[kScanTile];
+      float* full_m[kScanTile];
+      int nfull = 0;
+      for (int64_t r = tile_start[ti]; r < tile_start[ti + 1]; ++r) {
+        const int64_t row = scan_rows[size_t(r)] & kRowMask, pos = sq.start + (row - sq.row0);
+        if (pos / chunk < c) continue;  // block c is not visible to this token
+        const int64_t n = std::min<int64_t>(pos, lo + chunk - 1) - lo + 1;
+        const float* iqr = iq + row * int64_t(cfg.index_heads) * ID;
+        float* m = scores.data() + score_off[row] + c * G;
+        for (int g = 0; g < G; ++g) m[g] = kNegInf;
+        if (n == chunk) {
+          full_q[nfull] = iqr, full_m[nfull++] = m;
+        } else {
+          index_scan_block(kv, layer, lo, n, iqr, ID, G, s.ibuf.data(), m);
+        }
+      }
+      index_scan_tokens(kv, layer, lo, chunk, nfull, full_q, ID, G, s.ibuf.data(), full_m);
     }
 #pragma omp for schedule(dynamic, 1)
     for (int64_t w = 0; w < work; ++w) {
@@ -305,6 +333,16 @@ void index_scan_block(const KVView& kv, int layer, int64_t lo, int64_t n, const 
     const float* ik = kv.ik_rows(layer, lo, n, ibuf, &st);
     ops.max_dots(iq, ID, G, ik, st, n, ID, m);
   }
+}
+
+void index_scan_tokens(const KVView& kv, int layer, int64_t lo, int64_t n, int Q, const float* const* iq, int ID,
+                       int G, float* ibuf, float* const* m) {
+  int64_t st;
+  if (const uint16_t* ikb = Q > 1 ? kv.ik_rows_bf16(layer, lo, &st) : nullptr) {
+    cpu_ops().max_dots_bf16_multi(Q, iq, ID, G, ikb, st, n, ID, m);
+    return;
+  }
+  for (int i = 0; i < Q; ++i) index_scan_block(kv, layer, lo, n, iq[i], ID, G, ibuf, m[i]);
 }
 
 }  // namespace m3

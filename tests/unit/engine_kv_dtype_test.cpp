@@ -72,9 +72,10 @@ TEST_P(EngineKvDtype, ErrorAgainstReferenceIsBounded) {
   EXPECT_GE(top1, dc.min_top1);
 }
 
-// With the recipe's quantised caches (FP8 / NVFP4 K/V and index keys) a position comes out the same
-// whether the decode step computes it (one query token) or a prefill chunk does (many query tokens over
-// the same cache rows): the logits of the 6 positions after a 1100-token prompt, decoded one token at a
+// With the recipe's quantised caches (FP8 / NVFP4 K/V and index keys) and the default BF16 cache (whose
+// prefill scans index keys for tiles of tokens at once) a position comes out the same whether the
+// decode step computes it (one query token) or a prefill chunk does (many query tokens over the same
+// cache rows): the logits of the 6 positions after a 1100-token prompt, decoded one token at a
 // time, equal those of the same positions prefilled in 96-token chunks, bit for bit (batch invariance).
 // Block selection is active at this length (MSA blocks of 128, top-3).
 TEST(EngineKvDtypeInvariance, DecodeStepsEqualPrefillChunks) {
@@ -86,7 +87,7 @@ TEST(EngineKvDtypeInvariance, DecodeStepsEqualPrefillChunks) {
   const int32_t pages = int32_t((n + B - 1) / B);
   std::vector<int32_t> table;
   for (int32_t p = 0; p < pages; ++p) table.push_back(p);
-  for (const char* dt : {"fp8", "nvfp4"}) {
+  for (const char* dt : {"bf16", "fp8", "nvfp4"}) {
     const m3::KVDtype d = m3::parse_kv_dtype(dt, "kv");
     std::vector<float> dec(size_t(G * V)), pre(size_t(G * V)), scratch(size_t(B * V));
     {  // prompt in one chunk, then one token per step

@@ -884,6 +884,45 @@ TEST(KernelsIsaAttention, Bf16KernelsEqualFp32KernelsOnWidenedRows) {
   }
 }
 
+// The index scan of several tokens at once (prefill tiles) gives each token the bits of its own scan,
+// in every ISA build: 1..6 tokens (the avx512 build's passes of 4 and their tails), head counts on
+// and off the 4-head groups, widths on and off the 8-element steps, key-count tails, running maxima
+// that start above some scores.
+TEST(KernelsIsaAttention, MultiTokenIndexScanSameBitsAsEachToken) {
+  std::mt19937 rng(31);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  int checked = 0;
+  for (const char* isa : kIsas) {
+    const m3::CpuOps* ops = m3::cpu_ops_for(isa);
+    if (!ops) continue;
+    for (int H : {4, 8, 3})
+      for (int D : {128, 36})
+        for (int64_t n : {1, 5, 128})
+          for (int Q = 1; Q <= 6; ++Q) {
+            const int64_t qs = D + 4, ks = D + 8;
+            std::vector<float> q(size_t(Q) * H * qs);
+            for (auto& v : q) v = nd(rng);
+            std::vector<uint16_t> k(size_t(n * ks));
+            for (auto& v : k) v = m3::float_to_bf16(nd(rng));
+            std::vector<float> want(size_t(Q) * H), got;
+            for (size_t i = 0; i < want.size(); ++i) want[i] = i % 3 == 0 ? 2.0f : -1e30f;
+            got = want;
+            std::vector<const float*> qp(static_cast<size_t>(Q));
+            std::vector<float*> mp(static_cast<size_t>(Q));
+            for (int i = 0; i < Q; ++i) {
+              ops->max_dots_bf16(q.data() + size_t(i) * H * qs, qs, H, k.data(), ks, n, D, want.data() + i * H);
+              qp[size_t(i)] = q.data() + size_t(i) * H * qs;
+              mp[size_t(i)] = got.data() + i * H;
+            }
+            ops->max_dots_bf16_multi(Q, qp.data(), qs, H, k.data(), ks, n, D, mp.data());
+            ASSERT_EQ(std::memcmp(want.data(), got.data(), want.size() * 4), 0)
+                << isa << " H=" << H << " D=" << D << " n=" << n << " Q=" << Q;
+            ++checked;
+          }
+  }
+  EXPECT_GT(checked, 0);
+}
+
 // rms_norm_rows (prefill rows and per-head norms, four rows' sums at once) gives each row the bits
 // of rms_norm on that row alone: any row count (full groups of four and tails), strided rows, in
 // place and not, rows whose magnitudes differ by many powers of two.

@@ -54,6 +54,11 @@ struct CpuOps {
   // Whether attn_block_rows decodes rows of this kind and shape in registers; if not, it decodes the
   // block to scratch first, and a caller with many query tokens does better decoding once and reusing.
   bool (*attn_block_rows_in_registers)(int kind, int H, int D);
+  // max_dots_bf16 for Q query tokens over the same keys (prefill: consecutive tokens scan the same
+  // blocks): q[i] token i's H heads (qs apart), m[i] its H running maxima; each token's results are
+  // those of max_dots_bf16 on its own.
+  void (*max_dots_bf16_multi)(int Q, const float* const* q, int64_t qs, int H, const uint16_t* k, int64_t ks,
+                              int64_t n, int D, float* const* m);
 };
 
 constexpr int kLinearTileRows = 4;
