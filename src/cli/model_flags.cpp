@@ -51,8 +51,13 @@ std::string describe_model_flags(const ModelFlags& f, const Model& m) {
       std::snprintf(buf, sizeof buf, ", %.1f MB of this process on transparent huge pages", double(huge) / 1e6);
       where += buf;
     }
-    where += ", " + std::to_string(m.tiled_matrices()) +
-             " matrices in 4-row tiles for decode (--mmap maps the checkpoint instead)";
+    where += ", " + std::to_string(m.tiled_matrices()) + " matrices in 4-row tiles for decode";
+    if (const Linear& lm = m.weights().lm_head(); lm.bf16_packed) {
+      std::snprintf(buf, sizeof buf, ", the BF16 lm_head also packed losslessly for decode (%.1f MB, %.0f%%)",
+                    double(lm.bf16_packed_bytes) / 1e6, 100.0 * double(lm.bf16_packed_bytes) / double(lm.bytes()));
+      where += buf;
+    }
+    where += " (--mmap maps the checkpoint instead)";
   } else if (!st.mmap_reason().empty()) {  // the default chose to map; --mmap needs no notice
     where = "weights: mapped from the checkpoint: " + st.mmap_reason() + " (--no-mmap reads them into memory anyway)";
   }

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "formats/safetensors.h"
+#include "kernels/cpu/aligned_vector.h"
 #include "kernels/cpu/linear.h"
 #include "model/config.h"
 
@@ -76,6 +77,7 @@ class Weights {
   std::vector<float> final_norm_;
   std::vector<LayerWeights> layers_;
   double active_bytes_ = 0, total_bytes_ = 0;
+  AlignedVector<uint8_t> lm_head_packed_;  // pack_bf16_tiles of lm_head_ (avx512 decode), else empty
 };
 
 }  // namespace m3

@@ -159,6 +159,63 @@ void nvfp4_chunk_nibbles(const uint8_t* in, uint8_t* out, bool to_tiled) {
   _mm_storeu_si128(reinterpret_cast<__m128i*>(out), r);
 }
 
+bool pack_bf16_tiles(Linear& W, AlignedVector<uint8_t>& out) {
+  if (W.kind != LinearKind::BF16 || !W.tiled || W.K % 32 != 0 || W.N < kLinearTileRows) return false;
+  const int64_t K = W.K, chunks = K / 32, slots = W.N / kLinearTileRows * chunks;
+  // Tiled BF16: row i's elements 32c + 8j .. + 7 of tile t at t * 4K * 2 + 256c + 64j + 16i.
+  auto raw = [&](int64_t slot) { return W.w + slot / chunks * kLinearTileRows * K * 2 + slot % chunks * 256; };
+  auto value = [&](const uint8_t* chunk, int row, int k) {
+    uint16_t v;
+    std::memcpy(&v, chunk + 64 * (k / 8) + 16 * row + 2 * (k % 8), 2);
+    return v;
+  };
+  // Row bases (largest top-seven exponent bits), or kBf16PackedEscape when a weight is out of reach.
+  auto bases = [&](const uint8_t* chunk) {
+    uint32_t b = 0;
+    for (int r = 0; r < kLinearTileRows; ++r) {
+      int hi = 0, lo = 127;
+      for (int k = 0; k < 32; ++k) {
+        const int e = (value(chunk, r, k) >> 8) & 0x7f;
+        hi = std::max(hi, e), lo = std::min(lo, e);
+      }
+      if (hi - lo > 7) return kBf16PackedEscape;
+      b |= uint32_t(hi) << (8 * r);
+    }
+    return b;
+  };
+  std::vector<uint32_t> base(static_cast<size_t>(slots));
+  int64_t escapes = 0;
+  for (int64_t s = 0; s < slots; ++s) escapes += (base[size_t(s)] = bases(raw(s))) == kBf16PackedEscape;
+  out.assign(size_t(slots) * 196 + size_t(escapes) * 256, 0);
+  uint8_t* const slot0 = out.data();
+  uint8_t* const base0 = slot0 + slots * 192;
+  uint8_t* const esc0 = base0 + slots * 4;
+  int64_t e = 0;
+  for (int64_t s = 0; s < slots; ++s) {
+    const uint8_t* chunk = raw(s);
+    uint8_t* slot = slot0 + s * 192;
+    const uint32_t b = base[size_t(s)];
+    std::memcpy(base0 + s * 4, &b, 4);
+    if (b == kBf16PackedEscape) {
+      const uint32_t idx = uint32_t(e);
+      std::memcpy(slot, &idx, 4);
+      std::memcpy(esc0 + e++ * 256, chunk, 256);
+      continue;
+    }
+    for (int half = 0; half < 2; ++half)  // rows 0, 1 then rows 2, 3
+      for (int w = 0; w < 64; ++w) {
+        const int r = 2 * half + w / 32;
+        const uint16_t v = value(chunk, r, w % 32);
+        const int off = int((b >> (8 * r)) & 0xff) - ((v >> 8) & 0x7f);
+        slot[64 * half + w] = uint8_t(v & 0xff);
+        slot[128 + w] |= uint8_t(((v >> 15) << 3 | off) << (4 * half));
+      }
+  }
+  W.bf16_packed = out.data();
+  W.bf16_packed_bytes = out.size();
+  return true;
+}
+
 bool enable_int8_activations(Linear& W) {
   if (W.kind != LinearKind::NVFP4 || W.K % 128 != 0 || W.tiled) return false;
   W.act_int8 = true;

@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <string>
 
+#include "kernels/cpu/aligned_vector.h"
+
 namespace m3 {
 
 enum class LinearKind { None, F32, BF16, F16, MXFP8, NVFP4 };
@@ -33,6 +35,11 @@ struct Linear {
   // (speed: the decode step then reads each tile as one sequential stream; four streams a row apart
   // read 25-30% slower on this machine, see tile_rows).
   bool tiled = false;
+  // BF16 matrices tiled for decode, avx512 build: the same values packed losslessly in about 12.3 bits
+  // per weight (pack_bf16_tiles), read by steps of few tokens instead of the tiled bytes, which stay for
+  // panels (many tokens). nullptr when not packed.
+  const uint8_t* bf16_packed = nullptr;
+  size_t bf16_packed_bytes = 0;
   std::string name;
 
   bool empty() const { return kind == LinearKind::None; }
@@ -79,6 +86,19 @@ void nvfp4_chunk_nibbles(const uint8_t* in, uint8_t* out, bool to_tiled);
 // Switches an NVFP4 matrix to int8 activations when its K is a multiple of 128 and it is not tiled;
 // returns whether it did (other formats and shapes keep the exact path).
 bool enable_int8_activations(Linear& W);
+
+// Lossless packing of a tiled BF16 matrix for the decode step (speed: the step is bound by memory, and a
+// BF16 weight's top byte, sign and seven exponent bits, takes few values within 32 weights of a row).
+// Per full 4-row tile and 32-element chunk, a 192-byte slot: the four rows' low bytes (rows 0, 1 in bytes
+// 0..63, rows 2, 3 in 64..127), then one nibble per weight (byte b: low nibble for weight b of bytes
+// 0..63, high nibble for weight b of 64..127), nibble = sign << 3 | (base_row - top seven exponent bits);
+// after all slots, each chunk's four row bases (uint32, row 0 in the low byte). A chunk whose rows do not
+// fit (a weight more than 7 steps of 4x below its row's largest in the chunk: zeros, tiny values) has
+// bases 0xffffffff and the index of its raw 256 tiled bytes in the slot's first 4 bytes; the raw chunks
+// follow the bases. Fills `out`, sets W.bf16_packed; false (nothing done) unless W is tiled BF16 with
+// K % 32 == 0.
+bool pack_bf16_tiles(Linear& W, AlignedVector<uint8_t>& out);
+constexpr uint32_t kBf16PackedEscape = 0xffffffffu;
 
 // y[T, N] = x[T, K] · Wᵀ, rows of W split over the OpenMP threads (as one job of linear_forward_many).
 void linear_forward(const Linear& W, const float* x, int64_t T, float* y);
