@@ -338,9 +338,15 @@ void index_scan_block(const KVView& kv, int layer, int64_t lo, int64_t n, const 
 void index_scan_tokens(const KVView& kv, int layer, int64_t lo, int64_t n, int Q, const float* const* iq, int ID,
                        int G, float* ibuf, float* const* m) {
   int64_t st;
-  if (const uint16_t* ikb = Q > 1 ? kv.ik_rows_bf16(layer, lo, &st) : nullptr) {
-    cpu_ops().max_dots_bf16_multi(Q, iq, ID, G, ikb, st, n, ID, m);
-    return;
+  if (Q > 1) {
+    if (const uint16_t* ikb = kv.ik_rows_bf16(layer, lo, &st)) {
+      cpu_ops().max_dots_bf16_multi(Q, iq, ID, G, ikb, st, n, ID, m);
+      return;
+    }
+    if (int kind; const uint8_t* ikq = kv.ik_rows_quantised(layer, lo, &st, &kind)) {
+      cpu_ops().max_dots_rows_multi(kind, Q, iq, ID, G, ikq, st, n, ID, m);
+      return;
+    }
   }
   for (int i = 0; i < Q; ++i) index_scan_block(kv, layer, lo, n, iq[i], ID, G, ibuf, m[i]);
 }

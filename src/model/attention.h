@@ -35,7 +35,8 @@ void attention_batch(const ModelConfig& cfg, int layer, const AttnSeq* seqs, int
 void index_scan_block(const KVView& kv, int layer, int64_t lo, int64_t n, const float* iq, int ID, int G,
                       float* ibuf, float* m);
 // index_scan_block for Q tokens over the same n keys (iq[i], m[i]: token i's index queries and maxima),
-// each with the results it gets alone; over BF16 index keys the keys are read once for all Q tokens.
+// each with the results it gets alone; over BF16 and (avx512) NVFP4 index keys the keys are read and
+// decoded once for all Q tokens.
 void index_scan_tokens(const KVView& kv, int layer, int64_t lo, int64_t n, int Q, const float* const* iq, int ID,
                        int G, float* ibuf, float* const* m);
 

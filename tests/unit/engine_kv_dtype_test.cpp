@@ -207,6 +207,48 @@ TEST(EngineKvDecode, QuantisedIndexScanEqualsDecodedScan) {
   EXPECT_GT(fused_checked, 0);
 }
 
+// The index scan of several tokens at once over FP8 / NVFP4 index keys (prefill tiles) gives each
+// token the bits of its own scan, in every ISA: 1..6 tokens, head counts on and off the 4-head groups,
+// widths with one or more 16-element blocks, key-count tails.
+TEST(EngineKvDecode, MultiTokenQuantisedIndexScanSameBitsAsEachToken) {
+  std::mt19937 rng(37);
+  std::normal_distribution<float> nd(0.f, 2.f);
+  int checked = 0;
+  for (const char* isa : {"generic", "avx2", "avx512"}) {
+    const m3::CpuOps* ops = m3::cpu_ops_for(isa);
+    if (!ops) continue;
+    for (const auto& k : kRowKinds)
+      for (int D : {128, 48})
+        for (int H : {4, 8, 3})
+          for (int64_t n : {1, 5, 128})
+            for (int Q = 1; Q <= 6; ++Q) {
+              if (k.dt == m3::KVDtype::BF16) continue;  // max_dots_bf16_multi (kernels_isa_test)
+              const size_t rb = m3::kv_row_bytes(k.dt, D);
+              std::vector<uint8_t> rows(rb * size_t(n));
+              std::vector<float> x(static_cast<size_t>(D)), q(size_t(Q) * H * D);
+              for (int64_t r = 0; r < n; ++r) {
+                for (auto& v : x) v = nd(rng);
+                m3::kv_encode_row(k.dt, x.data(), D, 1.0f, rows.data() + size_t(r) * rb);
+              }
+              for (auto& v : q) v = nd(rng);
+              std::vector<float> want(size_t(Q) * H, -1e30f), got = want;
+              std::vector<const float*> qp(static_cast<size_t>(Q));
+              std::vector<float*> mp(static_cast<size_t>(Q));
+              for (int i = 0; i < Q; ++i) {
+                qp[size_t(i)] = q.data() + size_t(i) * H * D;
+                mp[size_t(i)] = got.data() + size_t(i) * H;
+                ops->max_dots_rows(int(k.kind), qp[size_t(i)], D, H, rows.data(), int64_t(rb), n, D,
+                                   want.data() + size_t(i) * H);
+              }
+              ops->max_dots_rows_multi(int(k.kind), Q, qp.data(), D, H, rows.data(), int64_t(rb), n, D, mp.data());
+              ASSERT_EQ(std::memcmp(want.data(), got.data(), want.size() * 4), 0)
+                  << isa << " " << m3::kv_dtype_name(k.dt) << " D " << D << " H " << H << " n " << n << " Q " << Q;
+              ++checked;
+            }
+  }
+  EXPECT_GT(checked, 0);
+}
+
 // Block attention over FP8 / NVFP4 K and V rows read in place (the decode step with the recipe's
 // --kv-cache-dtype) equals attn_block over the rows decode_kv_rows writes, bit for bit, in every ISA:
 // two blocks (the second with larger scores, so the running state is rescaled), head counts on and off

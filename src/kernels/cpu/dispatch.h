@@ -59,6 +59,9 @@ struct CpuOps {
   // those of max_dots_bf16 on its own.
   void (*max_dots_bf16_multi)(int Q, const float* const* q, int64_t qs, int H, const uint16_t* k, int64_t ks,
                               int64_t n, int D, float* const* m);
+  // max_dots_rows for Q query tokens over the same quantised rows (as max_dots_bf16_multi).
+  void (*max_dots_rows_multi)(int kind, int Q, const float* const* q, int64_t qs, int H, const uint8_t* k,
+                              int64_t stride_bytes, int64_t n, int D, float* const* m);
 };
 
 constexpr int kLinearTileRows = 4;
