@@ -234,8 +234,9 @@ void attention_batch(const ModelConfig& cfg, int layer, const AttnSeq* seqs, int
     }
   if (scores.size() < size_t(nscores)) scores.resize(size_t(nscores));
   // Scan items: (tile, block), a tile being up to kScanTile consecutive tokens of one sequence, which
-  // scan the blocks they all see together (ops.max_dots_bf16_multi reads each key once for the tile).
-  // A tile has as many items as its last token has visible blocks.
+  // scan the blocks they all see whole together (index_scan_tokens: BF16 and NVFP4 keys are read once
+  // for the tile). A tile has as many items as its last token has visible blocks. Decode steps (one
+  // token per sequence) have tiles of one token.
   constexpr size_t kScanTile = 4;
   constexpr int64_t kRowMask = (int64_t(1) << 40) - 1;
   tile_start.clear();
