@@ -108,9 +108,14 @@ void kinds(benchmark::internal::Benchmark* b) {
 BENCHMARK(BM_linear)->Apply(kinds)->UseRealTime();
 
 // The mid preset's lm_head: one BF16 matrix of 32768 x 2048 (134 MB, larger than the last-level
-// cache), one token: the largest single read of a decode step.
+// cache), one token: the largest single read of a decode step. range(0): 0 = row-major bytes, 1 =
+// tiled for decode (as weights read into memory), 2 = tiled and packed (pack_bf16_tiles, what the
+// avx512 decode step reads; bytes/s counts the packed bytes).
 void BM_lm_head(benchmark::State& state) {
   Matrix m(LinearKind::BF16, 32768, kK, 9);
+  m3::AlignedVector<uint8_t> packed;
+  if (state.range(0) >= 1) m3::tile_rows(m.L, m.w.data());
+  if (state.range(0) == 2 && !m3::pack_bf16_tiles(m.L, packed)) state.SkipWithError("not packable");
   std::vector<float> x(static_cast<size_t>(kK)), y(32768);
   std::mt19937 rng(7);
   std::normal_distribution<float> nd;
@@ -119,9 +124,10 @@ void BM_lm_head(benchmark::State& state) {
     m3::linear_forward(m.L, x.data(), 1, y.data());
     benchmark::DoNotOptimize(y.data());
   }
-  state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(m.L.bytes()));
+  state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(packed.empty() ? m.L.bytes() : packed.size()));
+  state.SetLabel(state.range(0) == 0 ? "row-major" : state.range(0) == 1 ? "tiled" : "tiled + packed");
 }
-BENCHMARK(BM_lm_head)->UseRealTime();
+BENCHMARK(BM_lm_head)->Arg(0)->Arg(1)->Arg(2)->UseRealTime();
 
 // Plain read bandwidth over the same cold footprint (the ceiling for the cold rows above).
 void BM_read_bandwidth(benchmark::State& state) {
