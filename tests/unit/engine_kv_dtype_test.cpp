@@ -171,6 +171,20 @@ TEST(EngineKvDecode, VectorDecodeEqualsReferenceRows) {
   }
 }
 
+// n random rows of D values (normal, standard deviation sd; row `tiny` scaled by 1e-3) encoded as
+// cache rows of dtype dt.
+std::vector<uint8_t> encoded_rows(m3::KVDtype dt, int D, int64_t n, std::mt19937& rng, float sd, int64_t tiny = -1) {
+  std::normal_distribution<float> nd(0.f, sd);
+  const size_t rb = m3::kv_row_bytes(dt, D);
+  std::vector<uint8_t> rows(rb * size_t(n));
+  std::vector<float> x(static_cast<size_t>(D));
+  for (int64_t r = 0; r < n; ++r) {
+    for (auto& v : x) v = nd(rng) * (r == tiny ? 1e-3f : 1.f);
+    m3::kv_encode_row(dt, x.data(), D, 1.0f, rows.data() + size_t(r) * rb);
+  }
+  return rows;
+}
+
 // The index scan over FP8 / NVFP4 index keys read in place (the recipe's indexer_kv_dtype) equals the
 // scan over the rows decode_kv_rows writes, bit for bit, in every ISA, for head counts on and off
 // the 4-head tile and key counts with tails.
@@ -187,12 +201,8 @@ TEST(EngineKvDecode, QuantisedIndexScanEqualsDecodedScan) {
           for (int64_t n : {1, 2, 7, 128}) {
             if (k.dt == m3::KVDtype::BF16) continue;  // BF16 keys are scanned in place by max_dots_bf16
             const size_t rb = m3::kv_row_bytes(k.dt, D);
-            std::vector<uint8_t> rows(rb * size_t(n));
-            std::vector<float> x(static_cast<size_t>(D)), dec(size_t(n) * size_t(D)), q(size_t(H) * size_t(D));
-            for (int64_t r = 0; r < n; ++r) {
-              for (auto& v : x) v = nd(rng) * (r == 1 ? 1e-3f : 1.f);
-              m3::kv_encode_row(k.dt, x.data(), D, 1.0f, rows.data() + size_t(r) * rb);
-            }
+            const std::vector<uint8_t> rows = encoded_rows(k.dt, D, n, rng, 2.f, 1);
+            std::vector<float> dec(size_t(n) * size_t(D)), q(size_t(H) * size_t(D));
             for (auto& v : q) v = nd(rng);
             ops->decode_kv_rows(int(k.kind), rows.data(), int64_t(rb), n, D, dec.data());
             std::vector<float> want(static_cast<size_t>(H), -1e30f), got(static_cast<size_t>(H), -1e30f);
@@ -224,12 +234,8 @@ TEST(EngineKvDecode, MultiTokenQuantisedIndexScanSameBitsAsEachToken) {
             for (int Q = 1; Q <= 6; ++Q) {
               if (k.dt == m3::KVDtype::BF16) continue;  // max_dots_bf16_multi (kernels_isa_test)
               const size_t rb = m3::kv_row_bytes(k.dt, D);
-              std::vector<uint8_t> rows(rb * size_t(n));
-              std::vector<float> x(static_cast<size_t>(D)), q(size_t(Q) * H * D);
-              for (int64_t r = 0; r < n; ++r) {
-                for (auto& v : x) v = nd(rng);
-                m3::kv_encode_row(k.dt, x.data(), D, 1.0f, rows.data() + size_t(r) * rb);
-              }
+              const std::vector<uint8_t> rows = encoded_rows(k.dt, D, n, rng, 2.f);
+              std::vector<float> q(size_t(Q) * H * D);
               for (auto& v : q) v = nd(rng);
               std::vector<float> want(size_t(Q) * H, -1e30f), got = want;
               std::vector<const float*> qp(static_cast<size_t>(Q));
