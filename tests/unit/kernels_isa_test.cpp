@@ -379,19 +379,21 @@ TEST(KernelsIsaAvx512, SameBitsAsAvx2) {
 // the avx512 kernels give the bits of the tiled BF16 bytes and of the AVX2 build, for one to 40 tokens
 // (and 41, which goes to the panels over the tiled bytes), full tiles and a tail row; with weights
 // spread over a narrow exponent range the matrix packs to under 78% of its bytes with no escaped chunk,
-// and with zeros, tiny values, an infinity and a NaN the chunks holding them are kept raw (escapes).
+// and with zeros, tiny values, an infinity and a NaN the chunks holding them are kept raw (escapes);
+// also a matrix large enough for the packing to run on several threads.
 TEST(KernelsIsaAvx512, PackedBf16SameBitsAsTiled) {
   const m3::CpuOps *a2 = m3::cpu_ops_for("avx2"), *a5 = m3::cpu_ops_for("avx512");
   if (!a2 || !a5) GTEST_SKIP() << kNoAvx512;
   std::mt19937 rng(91);
   std::normal_distribution<float> nd(0.f, 1.f);
-  const int64_t N = 41, K = 192;
-  for (int variant = 0; variant < 2; ++variant) {
+  for (int variant = 0; variant < 3; ++variant) {
+    // Variant 2: large enough (8200 chunks) for pack_bf16_tiles to split the work among threads.
+    const int64_t N = variant < 2 ? 41 : 4100, K = variant < 2 ? 192 : 256;
     m3::AlignedVector<uint8_t> w(size_t(N * K * 2));
     for (size_t i = 0; i < w.size(); i += 2) {
       const float g = nd(rng);
       float f = std::copysign(0.005f + 0.02f * std::fabs(g), g);  // magnitudes within a factor of 40
-      if (variant == 1 && rng() % 50 == 0) f = rng() % 2 ? 0.0f : 1e-30f;  // beyond 7 steps of 4: escapes
+      if (variant >= 1 && rng() % 50 == 0) f = rng() % 2 ? 0.0f : 1e-30f;  // beyond 7 steps of 4: escapes
       const uint16_t h = m3::float_to_bf16(f);
       std::memcpy(&w[i], &h, 2);
     }
@@ -414,6 +416,7 @@ TEST(KernelsIsaAvx512, PackedBf16SameBitsAsTiled) {
       EXPECT_LT(escaped, slots);
     }
     for (int64_t T : {1, 2, 3, 4, 5, 7, 8, 13, 40, 41}) {
+      if (variant == 2 && T != 1 && T != 5) continue;
       std::vector<float> x(size_t(T * K)), scratch(size_t(m3::kLinearTileRows * K));
       for (auto& v : x) v = nd(rng);
       std::vector<float> y[3];

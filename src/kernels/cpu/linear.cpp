@@ -10,6 +10,7 @@
 #include <memory>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <thread>
 #include <vector>
 
@@ -183,34 +184,48 @@ bool pack_bf16_tiles(Linear& W, AlignedVector<uint8_t>& out) {
     }
     return b;
   };
-  std::vector<uint32_t> base(static_cast<size_t>(slots));
+  // Plain threads over ranges of slots, as tile_rows (speed: the recipe model's lm_head, 200k x 6k, is
+  // 1.2 G weights: about 5 s on one thread; mid's 67 M take 0.31 s). Pass 1 finds the bases, then the
+  // escaped chunks are numbered in slot order, pass 2 writes the bytes.
+  const int64_t nt = std::min<int64_t>(std::max(1u, std::thread::hardware_concurrency()), (slots + 4095) / 4096);
+  auto parallel = [&](const std::function<void(int64_t, int64_t)>& f) {
+    if (nt <= 1) return f(0, slots);
+    std::vector<std::thread> pool;
+    for (int64_t k = 0; k < nt; ++k) pool.emplace_back(f, slots * k / nt, slots * (k + 1) / nt);
+    for (auto& th : pool) th.join();
+  };
+  std::vector<uint32_t> base(static_cast<size_t>(slots)), esc(static_cast<size_t>(slots), 0);
+  parallel([&](int64_t s0, int64_t s1) {
+    for (int64_t s = s0; s < s1; ++s) base[size_t(s)] = bases(raw(s));
+  });
   int64_t escapes = 0;
-  for (int64_t s = 0; s < slots; ++s) escapes += (base[size_t(s)] = bases(raw(s))) == kBf16PackedEscape;
+  for (int64_t s = 0; s < slots; ++s)
+    if (base[size_t(s)] == kBf16PackedEscape) esc[size_t(s)] = uint32_t(escapes++);
   out.assign(size_t(slots) * 196 + size_t(escapes) * 256, 0);
   uint8_t* const slot0 = out.data();
   uint8_t* const base0 = slot0 + slots * 192;
   uint8_t* const esc0 = base0 + slots * 4;
-  int64_t e = 0;
-  for (int64_t s = 0; s < slots; ++s) {
-    const uint8_t* chunk = raw(s);
-    uint8_t* slot = slot0 + s * 192;
-    const uint32_t b = base[size_t(s)];
-    std::memcpy(base0 + s * 4, &b, 4);
-    if (b == kBf16PackedEscape) {
-      const uint32_t idx = uint32_t(e);
-      std::memcpy(slot, &idx, 4);
-      std::memcpy(esc0 + e++ * 256, chunk, 256);
-      continue;
-    }
-    for (int half = 0; half < 2; ++half)  // rows 0, 1 then rows 2, 3
-      for (int w = 0; w < 64; ++w) {
-        const int r = 2 * half + w / 32;
-        const uint16_t v = value(chunk, r, w % 32);
-        const int off = int((b >> (8 * r)) & 0xff) - ((v >> 8) & 0x7f);
-        slot[64 * half + w] = uint8_t(v & 0xff);
-        slot[128 + w] |= uint8_t(((v >> 15) << 3 | off) << (4 * half));
+  parallel([&](int64_t s0, int64_t s1) {
+    for (int64_t s = s0; s < s1; ++s) {
+      const uint8_t* chunk = raw(s);
+      uint8_t* slot = slot0 + s * 192;
+      const uint32_t b = base[size_t(s)];
+      std::memcpy(base0 + s * 4, &b, 4);
+      if (b == kBf16PackedEscape) {
+        std::memcpy(slot, &esc[size_t(s)], 4);
+        std::memcpy(esc0 + size_t(esc[size_t(s)]) * 256, chunk, 256);
+        continue;
       }
-  }
+      for (int half = 0; half < 2; ++half)  // rows 0, 1 then rows 2, 3
+        for (int w = 0; w < 64; ++w) {
+          const int r = 2 * half + w / 32;
+          const uint16_t v = value(chunk, r, w % 32);
+          const int off = int((b >> (8 * r)) & 0xff) - ((v >> 8) & 0x7f);
+          slot[64 * half + w] = uint8_t(v & 0xff);
+          slot[128 + w] |= uint8_t(((v >> 15) << 3 | off) << (4 * half));
+        }
+    }
+  });
   W.bf16_packed = out.data();
   W.bf16_packed_bytes = out.size();
   return true;
