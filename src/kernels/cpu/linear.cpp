@@ -101,6 +101,20 @@ int64_t tile_chunk_bytes(const Linear& W) {
   }
 }
 
+namespace {
+// f(i0, i1) over [0, n) split among the hardware threads, at least `grain` items each. Plain threads, not
+// OpenMP: the loading thread is often not the one that runs the model (serve's engine thread), and an
+// OpenMP team created here would keep a worker spinning beside the engine's under
+// OMP_WAIT_POLICY=active (measured: one core busy while the server idled).
+void on_load_threads(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& f) {
+  const int64_t nt = std::min<int64_t>(std::max(1u, std::thread::hardware_concurrency()), (n + grain - 1) / grain);
+  if (nt <= 1) return f(0, n);
+  std::vector<std::thread> pool;
+  for (int64_t k = 0; k < nt; ++k) pool.emplace_back(f, n * k / nt, n * (k + 1) / nt);
+  for (auto& th : pool) th.join();
+}
+}  // namespace
+
 bool tile_rows(Linear& W, uint8_t* bytes) {
   const int64_t cb = tile_chunk_bytes(W);
   if (cb == 0 || W.N < kLinearTileRows || W.tiled || bytes != W.w) return false;
@@ -122,17 +136,7 @@ bool tile_rows(Linear& W, uint8_t* bytes) {
         }
     }
   };
-  // Plain threads, not OpenMP: the loading thread is often not the one that runs the model (serve's
-  // engine thread), and an OpenMP team created here would keep a worker spinning beside the engine's
-  // under OMP_WAIT_POLICY=active (measured: one core busy while the server idled).
-  const int64_t nt = std::min<int64_t>(std::max(1u, std::thread::hardware_concurrency()), (tiles + 63) / 64);
-  if (nt <= 1) {
-    rewrite(0, tiles);
-  } else {
-    std::vector<std::thread> pool;
-    for (int64_t k = 0; k < nt; ++k) pool.emplace_back(rewrite, tiles * k / nt, tiles * (k + 1) / nt);
-    for (auto& th : pool) th.join();
-  }
+  on_load_threads(tiles, 64, rewrite);
   W.tiled = true;
   return true;
 }
@@ -184,18 +188,11 @@ bool pack_bf16_tiles(Linear& W, AlignedVector<uint8_t>& out) {
     }
     return b;
   };
-  // Plain threads over ranges of slots, as tile_rows (speed: the recipe model's lm_head, 200k x 6k, is
-  // 1.2 G weights: about 5 s on one thread; mid's 67 M take 0.31 s). Pass 1 finds the bases, then the
-  // escaped chunks are numbered in slot order, pass 2 writes the bytes.
-  const int64_t nt = std::min<int64_t>(std::max(1u, std::thread::hardware_concurrency()), (slots + 4095) / 4096);
-  auto parallel = [&](const std::function<void(int64_t, int64_t)>& f) {
-    if (nt <= 1) return f(0, slots);
-    std::vector<std::thread> pool;
-    for (int64_t k = 0; k < nt; ++k) pool.emplace_back(f, slots * k / nt, slots * (k + 1) / nt);
-    for (auto& th : pool) th.join();
-  };
+  // On load threads over ranges of slots (speed: the recipe model's lm_head, 200k x 6k, is 1.2 G
+  // weights: about 5 s on one thread; mid's 67 M take 0.31 s). Pass 1 finds the bases, then the escaped
+  // chunks are numbered in slot order, pass 2 writes the bytes.
   std::vector<uint32_t> base(static_cast<size_t>(slots)), esc(static_cast<size_t>(slots), 0);
-  parallel([&](int64_t s0, int64_t s1) {
+  on_load_threads(slots, 4096, [&](int64_t s0, int64_t s1) {
     for (int64_t s = s0; s < s1; ++s) base[size_t(s)] = bases(raw(s));
   });
   int64_t escapes = 0;
@@ -205,7 +202,7 @@ bool pack_bf16_tiles(Linear& W, AlignedVector<uint8_t>& out) {
   uint8_t* const slot0 = out.data();
   uint8_t* const base0 = slot0 + slots * 192;
   uint8_t* const esc0 = base0 + slots * 4;
-  parallel([&](int64_t s0, int64_t s1) {
+  on_load_threads(slots, 4096, [&](int64_t s0, int64_t s1) {
     for (int64_t s = s0; s < s1; ++s) {
       const uint8_t* chunk = raw(s);
       uint8_t* slot = slot0 + s * 192;
