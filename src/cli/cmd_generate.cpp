@@ -41,7 +41,7 @@ void run_single(Opts& o) {
   o.sp.max_tokens = o.max_tokens;
   o.sp.ignore_eos = o.ignore_eos_flag;
   o.sp.validate();
-  const EngineConfig ec = o.engine.resolve();
+  EngineConfig ec = o.engine.resolve();
   Model model(o.model, o.engine.model.options());
   if (const std::string d = describe_model_flags(o.engine.model, model); !d.empty())
     std::fprintf(stderr, "[m3serve] %s\n", d.c_str());
@@ -53,7 +53,9 @@ void run_single(Opts& o) {
     if (id >= c.vocab)
       throw Error("--prompt: token id " + std::to_string(id) + " is outside the model's vocabulary (" +
                   std::to_string(c.vocab) + ")");
-  // One request through the engine (paged KV, every engine flag applies), streamed step by step.
+  // One request through the engine (paged KV, every engine flag applies), streamed step by step. Without
+  // --kv-cache-memory the pool holds what the request needs (its memory is committed at start).
+  ec.kv_tokens_needed = int64_t(ids.size()) + o.max_tokens;
   Engine engine(model, &tok, ec);
   if (engine.speculative()) std::fprintf(stderr, "[m3serve] %s\n", engine.describe().c_str());
   SamplingParams sp = o.sp;
@@ -95,7 +97,7 @@ void run_single(Opts& o) {
 
 void run_batch(Opts& o) {
   if (o.output.empty()) throw Error("--input needs --output FILE.jsonl");
-  const EngineConfig ec = o.engine.resolve();
+  EngineConfig ec = o.engine.resolve();
   Model model(o.model, o.engine.model.options());
   if (const std::string d = describe_model_flags(o.engine.model, model); !d.empty())
     std::fprintf(stderr, "[m3serve] %s\n", d.c_str());
@@ -114,6 +116,9 @@ void run_batch(Opts& o) {
     }
     reqs.push_back(parse_offline_request(j, tok, o.input + " line " + std::to_string(n)));
   }
+  // Without --kv-cache-memory the pool holds every request at once (prompt + max_tokens each).
+  for (const OfflineRequest& r : reqs) ec.kv_tokens_needed += int64_t(r.prompt_ids.size()) + r.params.max_tokens;
+  ec.kv_sequences = int(std::min<size_t>(std::max<size_t>(reqs.size(), 1), 1 << 20));
   Engine engine(model, &tok, ec);
   std::fprintf(stderr, "[m3serve] %s\n", engine.describe().c_str());
   struct Result {

@@ -59,6 +59,12 @@ Engine::Engine(Model& model, const Tokenizer* tok, const EngineConfig& cfg) : mo
     double bytes = cfg.kv_cache_memory_gib > 0 ? cfg.kv_cache_memory_gib * double(1ull << 30)
                                                : 0.25 * double(available_memory_bytes());
     pool_pages_ = int64_t(bytes / double(page));
+    if (cfg.kv_cache_memory_gib <= 0 && cfg.kv_tokens_needed > 0) {
+      const int64_t slack = cfg.spec.enabled ? cfg.spec.num_speculative_tokens + 1 : 0;
+      const int64_t seqs = std::max(cfg.kv_sequences, 1);
+      const int64_t need = (cfg.kv_tokens_needed + seqs * slack + block_size_ - 1) / block_size_ + seqs;
+      pool_pages_ = std::min(pool_pages_, need);
+    }
     if (pool_pages_ < 1)
       throw Error("--kv-cache-memory " + std::to_string(bytes / double(1ull << 30)) +
                   " GiB holds no KV page (one page of " + std::to_string(block_size_) + " tokens needs " +

@@ -28,6 +28,11 @@ struct EngineConfig {
   int block_size = 0;               // 0 = the model's MSA block size (128 for models without MSA)
   double kv_cache_memory_gib = 0;   // 0 = a quarter of the available RAM
   int64_t num_pages = 0;            // > 0 overrides kv_cache_memory_gib (tests)
+  // > 0 and no kv_cache_memory_gib / num_pages: the pool holds this many tokens (plus a page per
+  // sequence and the speculative slack), at most the default size. `generate` knows its requests'
+  // prompt + max_tokens; the pool's memory is committed at start (KVPool), so it is sized to need.
+  int64_t kv_tokens_needed = 0;
+  int kv_sequences = 1;  // the sequences kv_tokens_needed is spread over
   std::string kv_cache_dtype = "auto";
   std::string indexer_kv_dtype = "auto";
   bool enable_prefix_caching = true;

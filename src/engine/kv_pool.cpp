@@ -31,6 +31,10 @@ KVPool::KVPool(const ModelConfig& cfg, int block_size, KVDtype kv, KVDtype ik, i
     v_[l] = HugePageBuffer(slots * cfg.n_kv_heads * kv_row_, what + " values");
     if (cfg.sparse_layer[l]) ik_[l] = HugePageBuffer(slots * ik_row_, what + " index keys");
   }
+  std::vector<HugePageBuffer*> all;
+  for (auto* lane : {&k_, &v_, &ik_})
+    for (HugePageBuffer& b : *lane) all.push_back(&b);
+  commit_memory(all, "KV cache (" + std::to_string(num_pages) + " pages)");
 }
 
 PagedKV::PagedKV(KVPool& pool, const std::vector<int32_t>& table, int64_t size)

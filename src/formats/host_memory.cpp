@@ -9,6 +9,9 @@
 #include <fstream>
 #include <string>
 #include <utility>
+#include <vector>
+
+#include <omp.h>
 
 #include "formats/error.h"
 
@@ -16,13 +19,17 @@ namespace m3 {
 
 namespace {
 constexpr size_t kHugePage = size_t(2) << 20;
+#ifndef MADV_POPULATE_WRITE
+constexpr int MADV_POPULATE_WRITE = 23;  // Linux 5.14; older kernels answer EINVAL (pages touched instead)
+#endif
 }
 
 HugePageBuffer::HugePageBuffer(size_t bytes, const std::string& what) : n_(bytes) {
   if (bytes == 0) return;
   len_ = (bytes + kHugePage - 1) / kHugePage * kHugePage;
   // Over-reserve by one huge page, then trim both ends so the start is 2 MiB-aligned (only aligned
-  // 2 MiB ranges can be huge pages). MAP_NORESERVE: memory is committed as it is touched.
+  // 2 MiB ranges can be huge pages). MAP_NORESERVE: memory is committed as it is touched (or at once
+  // by commit_memory).
   void* raw = ::mmap(nullptr, len_ + kHugePage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
                      -1, 0);
   if (raw == MAP_FAILED)
@@ -56,6 +63,34 @@ void HugePageBuffer::make_read_only() {
 
 void HugePageBuffer::make_writable() {
   if (p_) ::mprotect(p_, len_, PROT_READ | PROT_WRITE);
+}
+
+void commit_memory(const std::vector<HugePageBuffer*>& bufs, const std::string& what) {
+  // 32 MiB pieces (whole huge pages), shared dynamically by the threads.
+  constexpr size_t kPiece = size_t(32) << 20;
+  std::vector<std::pair<uint8_t*, size_t>> pieces;
+  size_t total = 0;
+  for (HugePageBuffer* b : bufs) {
+    if (!b || !b->data()) continue;
+    const size_t len = (b->size() + kHugePage - 1) / kHugePage * kHugePage;  // the mapped length
+    total += len;
+    for (size_t off = 0; off < len; off += kPiece) pieces.push_back({b->data() + off, std::min(kPiece, len - off)});
+  }
+  int err = 0;
+#pragma omp parallel for schedule(dynamic) reduction(max : err)
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    auto [p, n] = pieces[i];
+    if (::madvise(p, n, MADV_POPULATE_WRITE) == 0) continue;
+    if (errno != EINVAL) {
+      err = std::max(err, errno);
+      continue;
+    }
+    // No MADV_POPULATE_WRITE: write each 4 KiB page (fresh memory, nobody else uses it yet).
+    for (size_t off = 0; off < n; off += 4096) reinterpret_cast<volatile uint8_t*>(p)[off] = 0;
+  }
+  if (err)
+    throw Error(what + ": cannot commit " + std::to_string(total >> 20) + " MiB of memory (" + std::strerror(err) +
+                "); choose a smaller --kv-cache-memory");
 }
 
 int64_t huge_page_bytes_in_use() {

@@ -3,9 +3,11 @@
 // LeakSanitizer by `make test-asan`).
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <random>
 
 #include "engine/block_pool.h"
+#include "engine/kv_pool.h"
 #include "engine_test_util.h"
 #include "model/model.h"
 
@@ -93,6 +95,45 @@ TEST(EnginePool, ThousandRequestsWithAbortsLeaveThePoolAsItStarted) {
   for (int32_t b = 0; b < total; ++b) EXPECT_EQ(e.block_pool().refcount(b), 0) << "page " << b;
   EXPECT_EQ(e.stats().running, 0u);
   EXPECT_EQ(e.stats().waiting, 0u);
+}
+
+}  // namespace
+
+namespace {
+
+// Resident bytes of this process (/proc/self/statm), -1 if unknown.
+int64_t resident_bytes() {
+  std::FILE* f = std::fopen("/proc/self/statm", "r");
+  if (!f) return -1;
+  long size = 0, resident = 0;
+  const int n = std::fscanf(f, "%ld %ld", &size, &resident);
+  std::fclose(f);
+  return n == 2 ? int64_t(resident) * 4096 : -1;
+}
+
+// The KV pool's memory is committed when the pool is made (no page faults inside a decode step).
+TEST(EnginePool, KvPoolMemoryIsResidentOnceMade) {
+  m3::Model model(m3test::small_engine_model());
+  const m3::ModelConfig& c = model.config();
+  const size_t page = m3::KVPool::page_bytes(c, 128, m3::KVDtype::BF16, m3::KVDtype::BF16);
+  const int64_t pages = int64_t((size_t(64) << 20) / page) + 1;  // >= 64 MiB
+  const int64_t before = resident_bytes();
+  if (before < 0) GTEST_SKIP() << "no /proc/self/statm";
+  m3::KVPool pool(c, 128, m3::KVDtype::BF16, m3::KVDtype::BF16, pages);
+  EXPECT_GE(resident_bytes() - before, int64_t(page) * pages * 9 / 10);
+}
+
+// With the default memory, a pool sized by kv_tokens_needed holds that many tokens and a page per
+// sequence; an explicit size wins.
+TEST(EnginePool, PoolSizedToTheTokensNeeded) {
+  m3::Model model(m3test::small_engine_model());
+  m3::EngineConfig c;
+  c.kv_tokens_needed = 1000;
+  c.kv_sequences = 2;
+  const int B = model.config().any_sparse() ? model.config().block_size : 128;
+  EXPECT_EQ(m3::Engine(model, nullptr, c).stats().total_pages, (1000 + B - 1) / B + 2);
+  c.num_pages = 40;
+  EXPECT_EQ(m3::Engine(model, nullptr, c).stats().total_pages, 40);
 }
 
 }  // namespace
