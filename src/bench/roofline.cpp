@@ -252,7 +252,8 @@ void run_roofline(const RooflineOptions& o) {
 
   // A paged cache like the engine's (same page size and dtypes) holding random K/V (and index
   // keys) for positions [0, need).
-  const int64_t need = std::max(o.context + 1, o.prefill) + 1;
+  constexpr int kSteadySteps = 32;  // decode steps in a row for the steady rate
+  const int64_t need = std::max(o.context + 1 + kSteadySteps, o.prefill) + 1;
   const int B = c.any_sparse() ? c.block_size : 128;
   std::vector<int32_t> table(size_t((need + B - 1) / B));
   for (size_t i = 0; i < table.size(); ++i) table[i] = int32_t(i);
@@ -280,6 +281,21 @@ void run_roofline(const RooflineOptions& o) {
     const BatchItem item{&view, toks.data(), 1, o.context, 0};
     model.forward_batch(&item, 1, logits.data());
   });
+  // Steady decode, as generate and serve run it: kSteadySteps steps in a row, each appending its token
+  // at the next position (context, context + 1, ...), no cache flush in between; the best mean step
+  // over `repeats` runs (after one untimed step).
+  double steady = 1e300;
+  for (int r = 0; r < std::max(1, o.repeats); ++r) {
+    auto step = [&](int s) {
+      PagedKV view(pool, table, o.context + s + 1);
+      const BatchItem item{&view, toks.data() + s % toks.size(), 1, o.context + s, 0};
+      model.forward_batch(&item, 1, logits.data());
+    };
+    step(0);
+    const double t0 = now_s();
+    for (int s = 0; s < kSteadySteps; ++s) step(s);
+    steady = std::min(steady, (now_s() - t0) / kSteadySteps);
+  }
   const double prefill_whole = best_time(std::min(o.repeats, 2), [&] {
     PagedKV view(pool, table, o.prefill);
     const BatchItem item{&view, toks.data(), o.prefill, 0, o.prefill - 1};
@@ -423,6 +439,11 @@ void run_roofline(const RooflineOptions& o) {
   std::printf("every timed call starts from cold caches (a 96 MiB buffer is read before it).\n");
   print_table(fmt::format("DECODE: 1 token at context {} (best of {})", o.context, o.repeats).c_str(), classes(1, true), lim,
               decode_whole, 1);
+  const double active = double(W.active_bytes_per_token());
+  std::printf("steady decode: %d steps in a row from context %lld (cache appended, no flush; best mean of %d): %.3f ms "
+              "= %.2f tokens/s, weights %.2f GB/s (%.0f%% of read BW)\n",
+              kSteadySteps, (long long)o.context, std::max(1, o.repeats), steady * 1e3, 1.0 / steady,
+              active / steady / 1e9, 100 * active / steady / 1e9 / lim.read_gbs);
   print_table(fmt::format("PREFILL: {} tokens from an empty cache (best of {})", o.prefill, std::min(o.repeats, 2)).c_str(),
               classes(o.prefill, false), lim, prefill_whole, o.prefill);
 }
