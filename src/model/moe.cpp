@@ -35,6 +35,14 @@ void moe_route(const ModelConfig& cfg, const LayerWeights& L, const float* m, in
   const int E = cfg.n_experts, K = cfg.experts_per_tok;
   const int64_t H = cfg.hidden;
   const CpuOps& ops = cpu_ops();
+  // The router logits, every (token, expert) dot product on all threads (speed: one token's 32 dots
+  // over a 256 KB fp32 router took 29 us per layer on one thread of the 2-core machine, 1.3% of a mid
+  // decode step).
+  thread_local std::vector<float> logits;
+  logits.resize(size_t(T * E));
+  float* z = logits.data();
+#pragma omp parallel for schedule(static) if (T * E >= 16)
+  for (int64_t i = 0; i < T * E; ++i) z[i] = ops.dot(m + (i / E) * H, L.router.data() + (i % E) * H, H);
 #pragma omp parallel for schedule(static) if (T > 1)
   for (int64_t t = 0; t < T; ++t) {
     thread_local std::vector<float> s, biased;
@@ -43,8 +51,7 @@ void moe_route(const ModelConfig& cfg, const LayerWeights& L, const float* m, in
     biased.resize(E);
     idx.resize(E);
     for (int e = 0; e < E; ++e) {
-      const float z = ops.dot(m + t * H, L.router.data() + int64_t(e) * H, H);
-      s[e] = sigmoidf(z);
+      s[e] = sigmoidf(z[t * E + e]);
       biased[e] = s[e] + L.router_bias[e];
     }
     std::iota(idx.begin(), idx.end(), 0);
