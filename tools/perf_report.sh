@@ -2,7 +2,8 @@
 # Issue-6 performance figures on the `mid` shapes, reproducibly: builds the two mid models (m31 =
 # MXFP8 + NVFP4, m3-mxfp8) if missing, runs `bench roofline` at context 512 and 16384 RUNS times each
 # (m31 with exact and with int8 NVFP4 activations; interleaved, so machine noise hits all alike) and
-# prints best and median decode times, the 16K/512 ratios and the prefill rate; then serves the m31 model
+# prints best and median decode times (steady: steps in a row; cold: one step from flushed caches),
+# the 16K/512 ratios and the prefill rate; then serves the m31 model
 # and runs `bench serve` (random 1024 in / 128 out) at concurrency 1, 8 and 32 (server and roofline with
 # OMP_WAIT_POLICY=active unless set). Not part of `make test` (about 20 minutes on 2 cores).
 # Usage: tools/perf_report.sh [m3serve] [workdir]
@@ -24,6 +25,8 @@ done
 
 # decode_ms FILE: whole-step ms of the DECODE table; prefill_tps FILE: tokens/s of the PREFILL table
 decode_ms() { sed -n '/^DECODE/,/tokens\/s/p' "$1" | awk '/^whole step/ {print $4}'; }
+# steady_ms FILE: the steady decode step (32 steps in a row, no flush), ms
+steady_ms() { awk '/^steady decode/ {for (i = 1; i < NF; ++i) if ($(i + 1) == "ms") print $i}' "$1"; }
 prefill_tps() { sed -n '/^PREFILL/,$p' "$1" | awk '/-> / {print $2}'; }
 stats() { sort -g | awk '{v[NR]=$1} END {printf "%s %s\n", v[1], v[int((NR+1)/2)]}'; }  # best median
 
@@ -51,14 +54,21 @@ for i in $(seq 1 "$RUNS"); do
   done
 done
 
-printf "\n%-18s %-26s %-26s %-22s %s\n" variant "decode 512 ms best/median" "decode 16K ms best/median" "16K/512 best/median" "prefill 512 tok/s best"
-for v in $VARIANTS; do
-  parse "$v"
-  read -r b512 m512 < <(for f in "$WORK"/roof.$tag.512.*.txt; do decode_ms "$f"; done | stats)
-  read -r b16 m16 < <(for f in "$WORK"/roof.$tag.16k.*.txt; do decode_ms "$f"; done | stats)
-  pf=$(for f in "$WORK"/roof.$tag.512.*.txt; do prefill_tps "$f"; done | sort -gr | head -1)
-  printf "%-18s %-26s %-26s %-22s %s\n" "$layout $act $mem $kv" "$b512 / $m512" "$b16 / $m16" \
-    "$(awk -v a="$b512" -v b="$b16" -v c="$m512" -v d="$m16" 'BEGIN {printf "%.2f / %.2f", a/b, c/d}')" "$pf"
+# Two decode figures per context: the steady step (32 steps in a row, as generate and serve decode)
+# and the cold whole step (each from flushed caches, the roofline's per-class baseline).
+for kind in steady cold; do
+  printf "\n%-22s %-26s %-26s %-22s %s\n" "variant ($kind)" "decode 512 ms best/median" "decode 16K ms best/median" \
+    "16K/512 best/median" "prefill 512 tok/s best"
+  get=decode_ms
+  [ "$kind" = steady ] && get=steady_ms
+  for v in $VARIANTS; do
+    parse "$v"
+    read -r b512 m512 < <(for f in "$WORK"/roof.$tag.512.*.txt; do $get "$f"; done | stats)
+    read -r b16 m16 < <(for f in "$WORK"/roof.$tag.16k.*.txt; do $get "$f"; done | stats)
+    pf=$(for f in "$WORK"/roof.$tag.512.*.txt; do prefill_tps "$f"; done | sort -gr | head -1)
+    printf "%-22s %-26s %-26s %-22s %s\n" "$layout $act $mem $kv" "$b512 / $m512" "$b16 / $m16" \
+      "$(awk -v a="$b512" -v b="$b16" -v c="$m512" -v d="$m16" 'BEGIN {printf "%.2f / %.2f", a/b, c/d}')" "$pf"
+  done
 done
 echo "full reports: $WORK/roof.*.txt"
 
