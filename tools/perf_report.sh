@@ -4,8 +4,9 @@
 # (m31 with exact and with int8 NVFP4 activations; interleaved, so machine noise hits all alike) and
 # prints best and median decode times (steady: steps in a row; cold: one step from flushed caches),
 # the 16K/512 ratios and the prefill rate; then serves the m31 model
-# and runs `bench serve` (random 1024 in / 128 out) at concurrency 1, 8 and 32 (server and roofline with
-# OMP_WAIT_POLICY=active unless set). Not part of `make test` (about 20 minutes on 2 cores).
+# and runs `bench serve` (random 1024 in / 128 out) at concurrency 1, 8 and 32 (roofline with
+# OMP_WAIT_POLICY=active unless set; the server with m3serve's default wait policy unless
+# SERVE_WAIT_POLICY is set). Not part of `make test` (about 20 minutes on 2 cores).
 # Usage: tools/perf_report.sh [m3serve] [workdir]
 #   (RUNS=3, RUNS=0 skips the roofline runs, LONG=1 adds decode after a real 16K-token prompt (LONG_VARIANTS,
 #    LONG_FLAGS: see below), SERVE=0
@@ -17,7 +18,13 @@ WORK=${2:-/tmp/m3perf}
 RUNS=${RUNS:-3}
 PORT=${PORT:-8011}
 mkdir -p "$WORK"
+# Roofline and generate runs spin without limit (the fastest on a dedicated machine); the server runs
+# with m3serve's default (a short spin, then sleep) unless SERVE_WAIT_POLICY is set: spinning workers
+# starve its HTTP thread and the bench client on two cores (mid m31, c1: TPOT 16.6 ms by default, 28.1
+# with OMP_WAIT_POLICY=active).
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-active}
+SERVE_ENV=(env -u OMP_WAIT_POLICY)
+[ -n "${SERVE_WAIT_POLICY:-}" ] && SERVE_ENV=(env OMP_WAIT_POLICY="$SERVE_WAIT_POLICY")
 
 for layout in m31 m3-mxfp8; do
   [ -f "$WORK/mid-$layout/config.json" ] || "$BIN" make-model --layout "$layout" --preset mid --out "$WORK/mid-$layout" >/dev/null
@@ -98,7 +105,7 @@ PY
 fi
 
 [ "${SERVE:-1}" = 0 ] && exit 0
-"$BIN" serve "$WORK/mid-m31" --kv-cache-memory 4 --max-model-len 4096 --port "$PORT" \
+"${SERVE_ENV[@]}" "$BIN" serve "$WORK/mid-m31" --kv-cache-memory 4 --max-model-len 4096 --port "$PORT" \
   --nvfp4-activations "${SERVE_ACT:-fp32}" ${SERVE_FLAGS:-} >"$WORK/serve.log" 2>&1 &
 SERVER=$!
 trap 'kill $SERVER 2>/dev/null || true' EXIT
