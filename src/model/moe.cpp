@@ -126,9 +126,19 @@ void ffn_forward(const ModelConfig& cfg, const LayerWeights& L, bool moe, const 
     if (mem.empty()) continue;
     const int64_t n = int64_t(mem.size());
     float* xe = xin.data() + x_off[e];
-    for (int64_t i = 0; i < n; ++i) std::copy(m + mem[i].first * H, m + (mem[i].first + 1) * H, xe + i * H);
     jobs.push_back({&L.experts[e].gate, xe, n, hg.data() + h_off[e]});
     jobs.push_back({&L.experts[e].up, xe, n, hu.data() + h_off[e]});
+  }
+  {
+    // Each (token, choice) row to its place among its expert's inputs, on all threads when the step
+    // has many tokens (speed: 512 tokens x 4 choices copied 16 MB on one thread, 3.3 ms per layer).
+    // Plain pointers: inside the parallel region a thread_local name would be the worker's own.
+    const int32_t* exd = ex.data();
+    const int64_t *slotd = slot.data(), *xoffd = x_off.data();
+    float* xind = xin.data();
+#pragma omp parallel for schedule(static) if (T >= 64)
+    for (int64_t p = 0; p < T * K; ++p)
+      std::copy(m + (p / K) * H, m + (p / K + 1) * H, xind + xoffd[exd[p]] + slotd[p] * H);
   }
   linear_forward_many(jobs.data(), int(jobs.size()));
   swiglu_oai(hg.data(), hu.data(), nh, cfg.swiglu_alpha, cfg.swiglu_limit, cfg.swiglu_beta, hg.data());
