@@ -118,7 +118,7 @@ void run_batch(Opts& o) {
   }
   // Without --kv-cache-memory the pool holds every request at once (prompt + max_tokens each).
   for (const OfflineRequest& r : reqs) ec.kv_tokens_needed += int64_t(r.prompt_ids.size()) + r.params.max_tokens;
-  ec.kv_sequences = int(std::min<size_t>(std::max<size_t>(reqs.size(), 1), 1 << 20));
+  ec.kv_sequences = int(std::max<size_t>(reqs.size(), 1));
   Engine engine(model, &tok, ec);
   std::fprintf(stderr, "[m3serve] %s\n", engine.describe().c_str());
   struct Result {

@@ -47,8 +47,9 @@ class KVPool {
   KVDtype kv_, ikd_;
   int64_t num_pages_;
   size_t kv_row_, ik_row_;
-  // Per layer, committed at construction (no page faults inside a step), on transparent huge pages where the kernel offers them (attention at
-  // long context walks tens of MB of rows: fewer TLB misses; see formats/host_memory.h).
+  // Per layer, committed at construction (no page faults inside a step), on transparent huge pages
+  // where the kernel offers them (attention at long context walks tens of MB of rows: fewer TLB
+  // misses; see formats/host_memory.h).
   std::vector<HugePageBuffer> k_, v_, ik_;
 };
 

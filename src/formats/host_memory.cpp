@@ -11,8 +11,6 @@
 #include <utility>
 #include <vector>
 
-#include <omp.h>
-
 #include "formats/error.h"
 
 namespace m3 {
@@ -72,7 +70,7 @@ void commit_memory(const std::vector<HugePageBuffer*>& bufs, const std::string& 
   size_t total = 0;
   for (HugePageBuffer* b : bufs) {
     if (!b || !b->data()) continue;
-    const size_t len = (b->size() + kHugePage - 1) / kHugePage * kHugePage;  // the mapped length
+    const size_t len = b->mapped_size();
     total += len;
     for (size_t off = 0; off < len; off += kPiece) pieces.push_back({b->data() + off, std::min(kPiece, len - off)});
   }

@@ -27,6 +27,7 @@ class HugePageBuffer {
 
   uint8_t* data() const { return p_; }
   size_t size() const { return n_; }
+  size_t mapped_size() const { return len_; }  // size() rounded up to whole huge pages
   // Later writes fault (used for weights once they are read) / are allowed again.
   void make_read_only();
   void make_writable();

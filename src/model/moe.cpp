@@ -75,19 +75,16 @@ void ffn_forward(const ModelConfig& cfg, const LayerWeights& L, bool moe, const 
   const int K = cfg.experts_per_tok, E = cfg.n_experts;
   thread_local std::vector<int32_t> ex;
   thread_local AlignedVector<float> wt, xin, yout;
-  thread_local std::vector<std::vector<std::pair<int64_t, float>>> members;
-  thread_local std::vector<int64_t> slot;  // [T * K]: the token's index in members[expert]
+  thread_local std::vector<int64_t> count;  // [E]: tokens routed to each expert
+  thread_local std::vector<int64_t> slot;   // [T * K]: the token's index among its expert's tokens
   ex.resize(size_t(T * K));
   slot.resize(size_t(T * K));
   wt.resize(size_t(T * K));
   moe_route(cfg, L, m, T, {ex.data(), wt.data()});
-  members.resize(E);
-  for (auto& v : members) v.clear();
+  count.assign(E, 0);
   for (int64_t t = 0; t < T; ++t)
     for (int i = 0; i < K; ++i) {
-      auto& mem = members[ex[t * K + i]];
-      slot[t * K + i] = int64_t(mem.size());
-      mem.push_back({t, wt[t * K + i]});
+      slot[t * K + i] = count[ex[t * K + i]]++;
     }
   // All active experts (and the shared one) run together: one parallel region for every gate/up
   // product, one for every down product, threads over experts x rows.
@@ -101,7 +98,7 @@ void ffn_forward(const ModelConfig& cfg, const LayerWeights& L, bool moe, const 
   const int64_t shared_h = L.has_shared ? T * L.shared.gate.N : 0;
   nh = shared_h;
   for (int e = 0; e < E; ++e) {
-    const int64_t n = int64_t(members[e].size());
+    const int64_t n = count[e];
     if (!n) continue;
     x_off[e] = nx;
     h_off[e] = nh;
@@ -122,9 +119,8 @@ void ffn_forward(const ModelConfig& cfg, const LayerWeights& L, bool moe, const 
     jobs.push_back({&L.shared.up, m, T, hu.data()});
   }
   for (int e = 0; e < E; ++e) {
-    const auto& mem = members[e];
-    if (mem.empty()) continue;
-    const int64_t n = int64_t(mem.size());
+    const int64_t n = count[e];
+    if (!n) continue;
     float* xe = xin.data() + x_off[e];
     jobs.push_back({&L.experts[e].gate, xe, n, hg.data() + h_off[e]});
     jobs.push_back({&L.experts[e].up, xe, n, hu.data() + h_off[e]});
@@ -145,8 +141,8 @@ void ffn_forward(const ModelConfig& cfg, const LayerWeights& L, bool moe, const 
   jobs.clear();
   if (L.has_shared) jobs.push_back({&L.shared.down, hg.data(), T, y});
   for (int e = 0; e < E; ++e)
-    if (!members[e].empty())
-      jobs.push_back({&L.experts[e].down, hg.data() + h_off[e], int64_t(members[e].size()), yout.data() + y_off[e]});
+    if (count[e])
+      jobs.push_back({&L.experts[e].down, hg.data() + h_off[e], count[e], yout.data() + y_off[e]});
   linear_forward_many(jobs.data(), int(jobs.size()));
   // Shared expert (weight 1) first, then each routed expert in ascending order, token by token (the
   // tokens on all threads when the step has several).
