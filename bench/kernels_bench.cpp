@@ -1,7 +1,8 @@
 // Google Benchmark micro-benchmarks of the CPU matmul kernels, per weight format: one decode-step
 // matrix-vector product (T = 1) and a batched product (T = 8), on a matrix that stays in cache
 // ("hot": measures the kernel's compute rate) and on a set of matrices larger than the last-level
-// cache visited in turn ("cold": measures how close the kernel gets to memory bandwidth).
+// cache visited in turn ("cold": measures how close the kernel gets to memory bandwidth); and the
+// decode kernel alone on one thread with its matrix in cache (BM_linear_resident: cost per weight).
 // The matrices are tiled as the engine holds weights read into memory (tile_rows), with quantiser-like
 // scale codes. Bytes processed are the weight bytes read (Linear::bytes()). Not part of `make test`:
 // `make bench-kernels` builds and runs it.
@@ -113,6 +114,40 @@ void kinds(benchmark::internal::Benchmark* b) {
         if (T < 128 || !cold) b->Args({k, T, cold});  // T = 128: a prefill chunk (compute-bound)
 }
 BENCHMARK(BM_linear)->Apply(kinds)->UseRealTime();
+
+// The decode kernels' own rate: one token over a 128-row matrix that stays in cache (L2 for MXFP8 and
+// NVFP4, 512 KiB for BF16), on the calling thread only (CpuOps::linear_rows, no OpenMP region). Its
+// weights/s against the core clock gives the cycles per weight a format's decode costs; where that rate
+// times the bytes per weight is below the memory read bandwidth one core gets, the decode step is bound
+// by instructions, not by memory.
+void BM_linear_resident(benchmark::State& state) {
+  const bool int8_act = state.range(0) == kNvfp4Int8;
+  const auto kind = int8_act ? LinearKind::NVFP4 : LinearKind(state.range(0));
+  const int64_t N = 128;
+  Matrix m(kind, N, kK, 3);
+  if (int8_act) m3::enable_int8_activations(m.L);
+  m3::tile_rows(m.L, m.w.data());
+  std::vector<float> x(static_cast<size_t>(kK)), y(static_cast<size_t>(N));
+  std::vector<float> scratch(static_cast<size_t>(m3::kLinearTileRows * kK));
+  std::mt19937 rng(7);
+  std::normal_distribution<float> nd;
+  for (auto& v : x) v = nd(rng);
+  const m3::CpuOps& ops = m3::cpu_ops();
+  for (auto _ : state) {
+    ops.linear_rows(m.L, x.data(), 1, y.data(), 0, N, scratch.data());
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(m.L.bytes()));
+  state.counters["weights/s"] = benchmark::Counter(double(N) * double(kK) * double(state.iterations()),
+                                                   benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
+  state.SetLabel(std::string(m3::linear_kind_name(kind)) + (int8_act ? " int8-act" : "") + " isa=" + ops.name);
+}
+BENCHMARK(BM_linear_resident)
+    ->Arg(int64_t(LinearKind::BF16))
+    ->Arg(int64_t(LinearKind::MXFP8))
+    ->Arg(int64_t(LinearKind::NVFP4))
+    ->Arg(kNvfp4Int8)
+    ->UseRealTime();
 
 // The mid preset's lm_head: one BF16 matrix of 32768 x 2048 (134 MB, larger than the last-level
 // cache), one token: the largest single read of a decode step. range(0): 0 = row-major bytes, 1 =
