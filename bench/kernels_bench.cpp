@@ -67,16 +67,39 @@ struct Matrix {
     L.global_div = 1.0f;
     m3::set_scale_range(L);
   }
+  // As the engine holds weights read into memory: int8-activation matrices first (they stay
+  // row-major), then the 4-row tile layout for the rest (Weights::tile_for_decode).
+  void hold_as_engine(bool int8_act) {
+    if (int8_act) m3::enable_int8_activations(L);
+    m3::tile_rows(L, w.data());
+  }
 };
+
+// n activations drawn from N(0, 1) with a fixed seed (the same x in every matmul benchmark).
+std::vector<float> normal_x(int64_t n) {
+  std::vector<float> x(static_cast<size_t>(n));
+  std::mt19937 rng(7);
+  std::normal_distribution<float> nd;
+  for (auto& v : x) v = nd(rng);
+  return x;
+}
 
 constexpr int64_t kK = 2048;
 
 // state.range(0): weight kind; range(1): T; range(2): 1 = cold (matrices > LLC), 0 = hot.
 constexpr int64_t kNvfp4Int8 = 100;  // range(0) value: NVFP4 with int8 activations (opt-in path)
 
+// A matmul benchmark's range(0): a LinearKind, or kNvfp4Int8.
+struct KindArg {
+  LinearKind kind;
+  bool int8_act;
+  explicit KindArg(int64_t arg)
+      : kind(arg == kNvfp4Int8 ? LinearKind::NVFP4 : LinearKind(arg)), int8_act(arg == kNvfp4Int8) {}
+  std::string name() const { return std::string(m3::linear_kind_name(kind)) + (int8_act ? " int8-act" : ""); }
+};
+
 void BM_linear(benchmark::State& state) {
-  const bool int8_act = state.range(0) == kNvfp4Int8;
-  const auto kind = int8_act ? LinearKind::NVFP4 : LinearKind(state.range(0));
+  const KindArg kind(state.range(0));
   const int64_t T = state.range(1);
   const bool cold = state.range(2) != 0;
   const int64_t N = 512;  // 0.5-2 MiB per matrix: stays in L2/L3 when hot
@@ -84,16 +107,11 @@ void BM_linear(benchmark::State& state) {
   std::vector<Matrix> mats;
   mats.reserve(size_t(count));
   for (int i = 0; i < count; ++i) {
-    mats.emplace_back(kind, N, kK, uint32_t(i + 1));
-    // As the engine holds weights read into memory: int8-activation matrices first (they stay
-    // row-major), then the 4-row tile layout for the rest (Weights::tile_for_decode).
-    if (int8_act) m3::enable_int8_activations(mats.back().L);
-    m3::tile_rows(mats.back().L, mats.back().w.data());
+    mats.emplace_back(kind.kind, N, kK, uint32_t(i + 1));
+    mats.back().hold_as_engine(kind.int8_act);
   }
-  std::vector<float> x(size_t(T * kK)), y(size_t(T * N));
-  std::mt19937 rng(7);
-  std::normal_distribution<float> nd;
-  for (auto& v : x) v = nd(rng);
+  const std::vector<float> x = normal_x(T * kK);
+  std::vector<float> y(size_t(T * N));
   int i = 0;
   for (auto _ : state) {
     m3::linear_forward(mats[size_t(i)].L, x.data(), T, y.data());
@@ -104,7 +122,7 @@ void BM_linear(benchmark::State& state) {
   state.counters["threads"] = omp_get_max_threads();
   state.counters["GFLOP/s"] = benchmark::Counter(2.0 * double(N) * double(kK) * double(T) * double(state.iterations()),
                                                  benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
-  state.SetLabel(std::string(m3::linear_kind_name(kind)) + (int8_act ? " int8-act" : "") + (cold ? " cold" : " hot") + " isa=" + m3::cpu_ops().name);
+  state.SetLabel(kind.name() + (cold ? " cold" : " hot") + " isa=" + m3::cpu_ops().name);
 }
 
 void kinds(benchmark::internal::Benchmark* b) {
@@ -121,17 +139,12 @@ BENCHMARK(BM_linear)->Apply(kinds)->UseRealTime();
 // times the bytes per weight is below the memory read bandwidth one core gets, the decode step is bound
 // by instructions, not by memory.
 void BM_linear_resident(benchmark::State& state) {
-  const bool int8_act = state.range(0) == kNvfp4Int8;
-  const auto kind = int8_act ? LinearKind::NVFP4 : LinearKind(state.range(0));
+  const KindArg kind(state.range(0));
   const int64_t N = 128;
-  Matrix m(kind, N, kK, 3);
-  if (int8_act) m3::enable_int8_activations(m.L);
-  m3::tile_rows(m.L, m.w.data());
-  std::vector<float> x(static_cast<size_t>(kK)), y(static_cast<size_t>(N));
-  std::vector<float> scratch(static_cast<size_t>(m3::kLinearTileRows * kK));
-  std::mt19937 rng(7);
-  std::normal_distribution<float> nd;
-  for (auto& v : x) v = nd(rng);
+  Matrix m(kind.kind, N, kK, 3);
+  m.hold_as_engine(kind.int8_act);
+  const std::vector<float> x = normal_x(kK);
+  std::vector<float> y(static_cast<size_t>(N)), scratch(static_cast<size_t>(m3::kLinearTileRows * kK));
   const m3::CpuOps& ops = m3::cpu_ops();
   for (auto _ : state) {
     ops.linear_rows(m.L, x.data(), 1, y.data(), 0, N, scratch.data());
@@ -140,7 +153,7 @@ void BM_linear_resident(benchmark::State& state) {
   state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(m.L.bytes()));
   state.counters["weights/s"] = benchmark::Counter(double(N) * double(kK) * double(state.iterations()),
                                                    benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
-  state.SetLabel(std::string(m3::linear_kind_name(kind)) + (int8_act ? " int8-act" : "") + " isa=" + ops.name);
+  state.SetLabel(kind.name() + " isa=" + ops.name);
 }
 BENCHMARK(BM_linear_resident)
     ->Arg(int64_t(LinearKind::BF16))
@@ -158,10 +171,8 @@ void BM_lm_head(benchmark::State& state) {
   m3::AlignedVector<uint8_t> packed;
   if (state.range(0) >= 1) m3::tile_rows(m.L, m.w.data());
   if (state.range(0) == 2 && !m3::pack_bf16_tiles(m.L, packed)) state.SkipWithError("not packable");
-  std::vector<float> x(static_cast<size_t>(kK)), y(32768);
-  std::mt19937 rng(7);
-  std::normal_distribution<float> nd;
-  for (auto& v : x) v = nd(rng);
+  const std::vector<float> x = normal_x(kK);
+  std::vector<float> y(32768);
   for (auto _ : state) {
     m3::linear_forward(m.L, x.data(), 1, y.data());
     benchmark::DoNotOptimize(y.data());
