@@ -2,7 +2,8 @@
 // matrix-vector product (T = 1) and a batched product (T = 8), on a matrix that stays in cache
 // ("hot": measures the kernel's compute rate) and on a set of matrices larger than the last-level
 // cache visited in turn ("cold": measures how close the kernel gets to memory bandwidth); and the
-// decode kernel alone on one thread with its matrix in cache (BM_linear_resident: cost per weight).
+// decode kernel alone on one thread with its matrix in cache (BM_linear_resident: cost per weight);
+// and the matrix products of a 512-token prefill as the model issues them (BM_prefill_products).
 // The matrices are tiled as the engine holds weights read into memory (tile_rows), with quantiser-like
 // scale codes. Bytes processed are the weight bytes read (Linear::bytes()). Not part of `make test`:
 // `make bench-kernels` builds and runs it.
@@ -127,9 +128,9 @@ void BM_linear(benchmark::State& state) {
 
 void kinds(benchmark::internal::Benchmark* b) {
   for (int64_t k : {int64_t(LinearKind::BF16), int64_t(LinearKind::MXFP8), int64_t(LinearKind::NVFP4), kNvfp4Int8})
-    for (int64_t T : {1, 8, 128})
+    for (int64_t T : {1, 8, 64, 128})
       for (int cold : {0, 1})
-        if (T < 128 || !cold) b->Args({k, T, cold});  // T = 128: a prefill chunk (compute-bound)
+        if (T < 64 || !cold) b->Args({k, T, cold});  // T = 64: a prefill expert's tokens; 128: a prefill chunk (compute-bound)
 }
 BENCHMARK(BM_linear)->Apply(kinds)->UseRealTime();
 
@@ -161,6 +162,38 @@ BENCHMARK(BM_linear_resident)
     ->Arg(int64_t(LinearKind::NVFP4))
     ->Arg(kNvfp4Int8)
     ->UseRealTime();
+
+// The matrix products of a 512-token prefill of the mid preset, as the model issues them (one
+// linear_forward_many per group, weights tiled as read into memory): range(0) = 0: the attention's
+// q projection (MXFP8 2048 x 2048, 512 tokens); 1: the routed experts' gate and up products (32
+// experts x 2 NVFP4 matrices of 512 x 2048, 64 tokens each: 512 tokens x top-4 spread evenly); 2:
+// their down products (32 NVFP4 matrices of 2048 x 512, 64 tokens each).
+void BM_prefill_products(benchmark::State& state) {
+  const int64_t which = state.range(0);
+  const int nmat = which == 0 ? 1 : which == 1 ? 64 : 32;
+  const LinearKind kind = which == 0 ? LinearKind::MXFP8 : LinearKind::NVFP4;
+  const int64_t N = which == 0 ? 2048 : which == 1 ? 512 : 2048, K = which == 2 ? 512 : 2048;
+  const int64_t T = which == 0 ? 512 : 64;
+  std::vector<Matrix> mats;
+  mats.reserve(size_t(nmat));
+  for (int i = 0; i < nmat; ++i) {
+    mats.emplace_back(kind, N, K, uint32_t(100 + i));
+    mats.back().hold_as_engine(false);
+  }
+  const std::vector<float> x = normal_x(T * K);
+  std::vector<float> y(size_t(nmat) * size_t(T * N));
+  std::vector<m3::LinearJob> jobs;
+  for (int i = 0; i < nmat; ++i) jobs.push_back({&mats[size_t(i)].L, x.data(), T, y.data() + size_t(i) * size_t(T * N)});
+  for (auto _ : state) {
+    m3::linear_forward_many(jobs.data(), int(jobs.size()));
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * nmat * double(N) * double(K) * double(T) * double(state.iterations()),
+                                                 benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
+  state.SetLabel(std::string(which == 0 ? "q projection" : which == 1 ? "experts gate+up" : "experts down") +
+                 " isa=" + m3::cpu_ops().name);
+}
+BENCHMARK(BM_prefill_products)->Arg(0)->Arg(1)->Arg(2)->UseRealTime();
 
 // The mid preset's lm_head: one BF16 matrix of 32768 x 2048 (134 MB, larger than the last-level
 // cache), one token: the largest single read of a decode step. range(0): 0 = row-major bytes, 1 =

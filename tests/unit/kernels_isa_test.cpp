@@ -191,7 +191,8 @@ TEST(KernelsIsaClaimed, SameBitsAsLinearRows) {
 // linear_forward_many splits the tiles of all jobs over the threads in chunks that threads take from
 // each other's shares: with 1, 2 and 3 threads (more than this machine's cores: shares are then
 // taken while their owner waits) every job's rows equal linear_rows' bits, for jobs of different
-// formats, widths and token counts, including a job too small to make one chunk.
+// formats, widths and token counts, including a job too small to make one chunk and one that
+// the lane GEMM takes (whole 16-row panels).
 TEST(KernelsIsaClaimed, ManyJobsAnyThreadCountSameBits) {
   std::mt19937 rng(29);
   struct Spec {
@@ -200,7 +201,8 @@ TEST(KernelsIsaClaimed, ManyJobsAnyThreadCountSameBits) {
   };
   const std::vector<Spec> specs = {{m3::LinearKind::MXFP8, 96, 512, 1}, {m3::LinearKind::NVFP4, 130, 256, 1},
                                    {m3::LinearKind::BF16, 4, 256, 1},   {m3::LinearKind::MXFP8, 200, 256, 3},
-                                   {m3::LinearKind::F32, 37, 260, 2},   {m3::LinearKind::NVFP4, 64, 512, 5}};
+                                   {m3::LinearKind::F32, 37, 260, 2},   {m3::LinearKind::NVFP4, 64, 512, 5},
+                                   {m3::LinearKind::MXFP8, 72, 256, m3::kLaneGemmMinTokens + 2}};  // lane GEMM
   std::vector<Mat> mats;
   std::vector<std::vector<float>> xs, want;
   for (const Spec& sp : specs) {
@@ -311,10 +313,10 @@ TEST(KernelsAlignedVector, StartsOnCacheLine) {
   }
 }
 
-// Products of 128 tokens and more run in panels of decoded tiles (linear_impl.inc, rows_panels): every
-// output keeps the bits of the same token computed alone, for every format, row-major and tiled, with
-// panels of 4 tiles and a short last panel (37 rows: 9 tiles and a tail row) and token counts that end
-// on a group of three, two and one.
+// Products of 128 tokens and more (the AVX2 build: the lane GEMM on two 16-row panels, then one
+// decoded tile by dot products; the avx512 build: its panels) keep every output's bits of the same
+// token computed alone, for every format, row-major and tiled, 37 rows (9 tiles and a tail row) and
+// token counts that end on a group of three, two and one of the tile path.
 TEST(KernelsIsaPanels, ManyTokensSameBitsAsOneToken) {
   std::mt19937 rng(31);
   const int64_t N = 37, K = 256;
@@ -334,6 +336,41 @@ TEST(KernelsIsaPanels, ManyTokensSameBitsAsOneToken) {
       }
     }
   EXPECT_GE(runs, 12);
+}
+
+// Steps of kLaneGemmMinTokens tokens or more run whole 16-row panels through the AVX2 lane GEMM
+// (linear_lane_gemm.inc, one product per lane of the dot form, added in hsum8's order): every output
+// keeps the bits of the same token computed alone, for every format, row-major and tiled; 37 rows (two
+// panels, a tile and a tail row); token counts at the threshold, around the groups of six and past one
+// chunk of 96 tokens (the rows past one block of steps: 130 only); K below one step (F32 / BF16: 4), with a tail (260 = 32 steps + 4), and past one
+// block of 256 steps (2080 / 2084).
+TEST(KernelsIsaLaneGemm, ManyTokensSameBitsAsOneToken) {
+  std::mt19937 rng(37);
+  const int64_t N = 37;
+  int runs = 0;
+  for (m3::LinearKind kind : {m3::LinearKind::F32, m3::LinearKind::BF16, m3::LinearKind::MXFP8, m3::LinearKind::NVFP4}) {
+    const bool plain = kind == m3::LinearKind::F32 || kind == m3::LinearKind::BF16;
+    for (int64_t K : {int64_t(4), int64_t(256), int64_t(2080)}) {
+      if (K == 4 && !plain) continue;
+      const int64_t k = plain && K > 4 ? K + 4 : K;
+      for (bool tiled : {false, true}) {
+        Mat m = make_matrix(kind, N, k, rng);
+        if (tiled && !m3::tile_rows(m.lin, m.w.data())) continue;
+        for (const char* isa : {"avx2", "avx512"}) {
+          const m3::CpuOps* ops = m3::cpu_ops_for(isa);
+          if (!ops) continue;
+          for (int64_t T : {m3::kLaneGemmMinTokens, m3::kLaneGemmMinTokens + 1, m3::kLaneGemmMinTokens + 5,
+                            int64_t(97), int64_t(130)}) {
+            if (k > 512 && T != 130) continue;  // the long rows: one count past a chunk
+            ASSERT_EQ(first_token_differing_from_alone(ops, m.lin, T, rng), -1)
+                << isa << " " << m3::linear_kind_name(kind) << " K=" << k << (tiled ? " tiled" : "") << " T=" << T;
+            ++runs;
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GE(runs, 40);
 }
 
 // The avx512 build's 512-bit kernels (linear_avx512.inc: two rows per vector, each lane fed as the

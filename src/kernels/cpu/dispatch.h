@@ -65,6 +65,13 @@ struct CpuOps {
 };
 
 constexpr int kLinearTileRows = 4;
+// Steps of this many tokens or more run the AVX2 build's lane GEMM (linear_lane_gemm.inc) on panels
+// of kLanePanelRows rows (4 tiles); the parallel matmul hands such steps whole panels. Below it the
+// decoded tile's dot products win: the lane GEMM decodes and transposes each panel once per call
+// (speed, 512 x 2048, 2 threads, Zen 3, ms old / lane: MXFP8 32 tokens 0.73 / 0.88, 48 1.08 / 1.13,
+// 64 1.39 / 1.47, 96 2.05 / 1.99; NVFP4 32 0.71 / 0.83, 64 1.37 / 1.39, 96 1.93 / 1.91).
+constexpr int64_t kLaneGemmMinTokens = 64;
+constexpr int kLanePanelRows = 16;
 
 // Row encodings of the quantised paged KV cache (engine/kv_format.h), as the decode kernel sees them.
 enum class KvRowKind : int { BF16 = 1, FP8 = 2, NVFP4 = 3 };

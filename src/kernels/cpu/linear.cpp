@@ -321,7 +321,8 @@ void run_chunked(const LinearJob* jobs, int njobs, int64_t maxK) {
   plan.njobs = njobs;
   // Estimated cost of a tile: weight bytes read + multiply-adds, in rough byte-equivalents. A chunk
   // is about 96 KB-equivalents (8 tiles of a 2048-wide MXFP8 decode matrix), at least 2 tiles (the
-  // decode kernels take tiles in pairs) and at most 16; the cost of every chunk goes into the split.
+  // decode kernels take tiles in pairs) and at most 16, whole 16-row panels for steps of
+  // kLaneGemmMinTokens tokens or more; the cost of every chunk goes into the split.
   double cost_total = 0;
   double chunk_cost[ChunkPlan::kMaxJobs];
   plan.first_chunk[0] = 0;
@@ -331,6 +332,8 @@ void run_chunked(const LinearJob* jobs, int njobs, int64_t maxK) {
     const double tile_cost =
         double(W.row_bytes()) * kLinearTileRows + 0.5 * double(W.K) * kLinearTileRows * double(jobs[j].T);
     int64_t per = std::clamp<int64_t>(int64_t(98304.0 / std::max(tile_cost, 1.0)), 2, 16) & ~int64_t(1);
+    constexpr int64_t panel_tiles = kLanePanelRows / kLinearTileRows;
+    if (jobs[j].T >= kLaneGemmMinTokens) per = std::max(per, panel_tiles) / panel_tiles * panel_tiles;  // whole panels
     plan.tiles_per_chunk[j] = per;
     plan.first_chunk[j + 1] = plan.first_chunk[j] + (tiles + per - 1) / per;
     chunk_cost[j] = tile_cost * double(per);

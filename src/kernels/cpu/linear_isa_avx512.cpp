@@ -8,12 +8,14 @@
 #include <array>
 #include <cmath>
 #include <cstring>
+#include <exception>
 #include <limits>
 #include <type_traits>
 #include <vector>
 #include <immintrin.h>
 
 #include "formats/dtype.h"
+#include "formats/host_memory.h"
 #include "kernels/cpu/aligned_vector.h"
 #include "kernels/cpu/dispatch.h"
 #include "kernels/cpu/element_tables.h"
