@@ -191,8 +191,8 @@ TEST(KernelsIsaClaimed, SameBitsAsLinearRows) {
 // linear_forward_many splits the tiles of all jobs over the threads in chunks that threads take from
 // each other's shares: with 1, 2 and 3 threads (more than this machine's cores: shares are then
 // taken while their owner waits) every job's rows equal linear_rows' bits, for jobs of different
-// formats, widths and token counts, including a job too small to make one chunk and one that
-// the lane GEMM takes (whole 16-row panels).
+// formats, widths and token counts, including a job too small to make one chunk, one that the lane
+// GEMM takes (whole 16-row panels) and one that runs as token slices (more than kLaneGemmMaxTokens).
 TEST(KernelsIsaClaimed, ManyJobsAnyThreadCountSameBits) {
   std::mt19937 rng(29);
   struct Spec {
@@ -202,7 +202,8 @@ TEST(KernelsIsaClaimed, ManyJobsAnyThreadCountSameBits) {
   const std::vector<Spec> specs = {{m3::LinearKind::MXFP8, 96, 512, 1}, {m3::LinearKind::NVFP4, 130, 256, 1},
                                    {m3::LinearKind::BF16, 4, 256, 1},   {m3::LinearKind::MXFP8, 200, 256, 3},
                                    {m3::LinearKind::F32, 37, 260, 2},   {m3::LinearKind::NVFP4, 64, 512, 5},
-                                   {m3::LinearKind::MXFP8, 72, 256, m3::kLaneGemmMinTokens + 2}};  // lane GEMM
+                                   {m3::LinearKind::MXFP8, 72, 256, m3::kLaneGemmMinTokens + 2},  // lane GEMM
+                                   {m3::LinearKind::NVFP4, 48, 256, m3::kLaneGemmMaxTokens + 70}};  // in slices
   std::vector<Mat> mats;
   std::vector<std::vector<float>> xs, want;
   for (const Spec& sp : specs) {

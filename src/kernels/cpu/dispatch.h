@@ -72,6 +72,11 @@ constexpr int kLinearTileRows = 4;
 // 64 1.39 / 1.47, 96 2.05 / 1.99; NVFP4 32 0.71 / 0.83, 64 1.37 / 1.39, 96 1.93 / 1.91).
 constexpr int64_t kLaneGemmMinTokens = 64;
 constexpr int kLanePanelRows = 16;
+// linear_forward_many runs steps of more tokens as slices of this many (same bits: each output
+// depends on its own token only), which bounds the lane GEMM's per-thread packed copy of the
+// activations (an 8192-token prefill chunk on a 64-thread server would otherwise hold 64 copies of
+// its x; with slices, 512 x K floats per thread).
+constexpr int64_t kLaneGemmMaxTokens = 512;
 
 // Row encodings of the quantised paged KV cache (engine/kv_format.h), as the decode kernel sees them.
 enum class KvRowKind : int { BF16 = 1, FP8 = 2, NVFP4 = 3 };

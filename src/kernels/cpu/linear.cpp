@@ -13,6 +13,7 @@
 #include <functional>
 #include <thread>
 #include <vector>
+#include <vector>
 
 #include "kernels/cpu/aligned_vector.h"
 #include "kernels/cpu/dispatch.h"
@@ -380,6 +381,15 @@ void linear_forward(const Linear& W, const float* x, int64_t T, float* y) {
 }
 
 void linear_forward_many(const LinearJob* jobs, int njobs) {
+  if (std::any_of(jobs, jobs + njobs, [](const LinearJob& j) { return j.T > kLaneGemmMaxTokens; })) {
+    std::vector<LinearJob> sliced;  // a long prefill step only: no allocation in decode
+    for (int j = 0; j < njobs; ++j)
+      for (int64_t t0 = 0; t0 < std::max<int64_t>(jobs[j].T, 1); t0 += kLaneGemmMaxTokens)
+        sliced.push_back({jobs[j].W, jobs[j].x + t0 * jobs[j].W->K, std::min(kLaneGemmMaxTokens, jobs[j].T - t0),
+                          jobs[j].y + t0 * jobs[j].W->N});
+    linear_forward_many(sliced.data(), int(sliced.size()));
+    return;
+  }
   constexpr int kMaxJobs = ChunkPlan::kMaxJobs;
   if (njobs > kMaxJobs) {
     for (int j = 0; j < njobs; j += kMaxJobs) linear_forward_many(jobs + j, std::min(kMaxJobs, njobs - j));
