@@ -169,31 +169,48 @@ BENCHMARK(BM_linear_resident)
 // experts x 2 NVFP4 matrices of 512 x 2048, 64 tokens each: 512 tokens x top-4 spread evenly); 2:
 // their down products (32 NVFP4 matrices of 2048 x 512, 64 tokens each).
 void BM_prefill_products(benchmark::State& state) {
-  const int64_t which = state.range(0);
-  const int nmat = which == 0 ? 1 : which == 1 ? 64 : 32;
-  const LinearKind kind = which == 0 ? LinearKind::MXFP8 : LinearKind::NVFP4;
-  const int64_t N = which == 0 ? 2048 : which == 1 ? 512 : 2048, K = which == 2 ? 512 : 2048;
-  const int64_t T = which == 0 ? 512 : 64;
+  // The products of a 512-token mid prefill as the model issues them: one linear_forward_many call
+  // over matrices of the given row counts, all reading the same T tokens' activations (K wide).
+  struct Case {
+    const char* label;
+    LinearKind kind;
+    int64_t K, T;
+    std::vector<int64_t> rows;  // one entry per matrix
+  };
+  static const Case cases[] = {
+      {"q projection", LinearKind::MXFP8, 2048, 512, {2048}},
+      {"experts gate+up", LinearKind::NVFP4, 2048, 64, std::vector<int64_t>(64, 512)},
+      {"experts down", LinearKind::NVFP4, 512, 64, std::vector<int64_t>(32, 2048)},
+      {"dense gate+up", LinearKind::MXFP8, 2048, 512, {6144, 6144}},
+      {"dense down", LinearKind::MXFP8, 6144, 512, {2048}},
+      {"q k v index-q index-k", LinearKind::MXFP8, 2048, 512, {2048, 512, 512, 512, 128}},
+  };
+  const Case& c = cases[state.range(0)];
+  const int64_t K = c.K, T = c.T;
   std::vector<Matrix> mats;
-  mats.reserve(size_t(nmat));
-  for (int i = 0; i < nmat; ++i) {
-    mats.emplace_back(kind, N, K, uint32_t(100 + i));
+  mats.reserve(c.rows.size());
+  for (size_t i = 0; i < c.rows.size(); ++i) {
+    mats.emplace_back(c.kind, c.rows[i], K, uint32_t(100 + i));
     mats.back().hold_as_engine(false);
   }
   const std::vector<float> x = normal_x(T * K);
-  std::vector<float> y(size_t(nmat) * size_t(T * N));
+  std::vector<std::vector<float>> y;
   std::vector<m3::LinearJob> jobs;
-  for (int i = 0; i < nmat; ++i) jobs.push_back({&mats[size_t(i)].L, x.data(), T, y.data() + size_t(i) * size_t(T * N)});
+  double flops = 0;
+  for (Matrix& m : mats) {
+    y.emplace_back(size_t(T * m.L.N));
+    jobs.push_back({&m.L, x.data(), T, y.back().data()});
+    flops += 2.0 * double(m.L.N) * double(K) * double(T);
+  }
   for (auto _ : state) {
     m3::linear_forward_many(jobs.data(), int(jobs.size()));
     benchmark::DoNotOptimize(y.data());
   }
-  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * nmat * double(N) * double(K) * double(T) * double(state.iterations()),
-                                                 benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
-  state.SetLabel(std::string(which == 0 ? "q projection" : which == 1 ? "experts gate+up" : "experts down") +
-                 " isa=" + m3::cpu_ops().name);
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(flops * double(state.iterations()), benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
+  state.SetLabel(std::string(c.label) + " isa=" + m3::cpu_ops().name);
 }
-BENCHMARK(BM_prefill_products)->Arg(0)->Arg(1)->Arg(2)->UseRealTime();
+BENCHMARK(BM_prefill_products)->DenseRange(0, 5)->UseRealTime();
 
 // The mid preset's lm_head: one BF16 matrix of 32768 x 2048 (134 MB, larger than the last-level
 // cache), one token: the largest single read of a decode step. range(0): 0 = row-major bytes, 1 =

@@ -192,7 +192,8 @@ TEST(KernelsIsaClaimed, SameBitsAsLinearRows) {
 // each other's shares: with 1, 2 and 3 threads (more than this machine's cores: shares are then
 // taken while their owner waits) every job's rows equal linear_rows' bits, for jobs of different
 // formats, widths and token counts, including a job too small to make one chunk, one that the lane
-// GEMM takes (whole 16-row panels) and one that runs as token slices (more than kLaneGemmMaxTokens).
+// GEMM takes (whole 16-row panels), one that runs as token slices (more than kLaneGemmMaxTokens) and a
+// wide one that runs as slices of fewer tokens (lane_slice_tokens: 66 + 67 here, each a lane GEMM).
 TEST(KernelsIsaClaimed, ManyJobsAnyThreadCountSameBits) {
   std::mt19937 rng(29);
   struct Spec {
@@ -203,7 +204,9 @@ TEST(KernelsIsaClaimed, ManyJobsAnyThreadCountSameBits) {
                                    {m3::LinearKind::BF16, 4, 256, 1},   {m3::LinearKind::MXFP8, 200, 256, 3},
                                    {m3::LinearKind::F32, 37, 260, 2},   {m3::LinearKind::NVFP4, 64, 512, 5},
                                    {m3::LinearKind::MXFP8, 72, 256, m3::kLaneGemmMinTokens + 2},  // lane GEMM
-                                   {m3::LinearKind::NVFP4, 48, 256, m3::kLaneGemmMaxTokens + 70}};  // in slices
+                                   {m3::LinearKind::NVFP4, 48, 256, m3::kLaneGemmMaxTokens + 70},  // in slices
+                                   {m3::LinearKind::MXFP8, 20, 8192, 2 * m3::kLaneGemmMinTokens + 5}};  // wide
+  static_assert(m3::kLaneGemmMaxFloats / 8192 <= 2 * m3::kLaneGemmMinTokens, "the wide job must be sliced");
   std::vector<Mat> mats;
   std::vector<std::vector<float>> xs, want;
   for (const Spec& sp : specs) {

@@ -72,11 +72,20 @@ constexpr int kLinearTileRows = 4;
 // 64 1.39 / 1.47, 96 2.05 / 1.99; NVFP4 32 0.71 / 0.83, 64 1.37 / 1.39, 96 1.93 / 1.91).
 constexpr int64_t kLaneGemmMinTokens = 64;
 constexpr int kLanePanelRows = 16;
-// linear_forward_many runs steps of more tokens as slices of this many (same bits: each output
-// depends on its own token only), which bounds the lane GEMM's per-thread packed copy of the
-// activations (an 8192-token prefill chunk on a 64-thread server would otherwise hold 64 copies of
-// its x; with slices, 512 x K floats per thread).
+// linear_forward_many runs a step of more tokens than lane_slice_tokens(K) as near-equal slices (same
+// bits: each output depends on its own token only). That bounds the lane GEMM's per-thread packed copy
+// of the activations, which every 16-row panel streams once: at most 512 tokens (an 8192-token prefill
+// chunk on a 64-thread server would otherwise hold 64 copies of its x), and at most 512 x 2048 floats
+// (4 MB) for wider matrices, down to 128 tokens. Speed, the mid dense MLP's down product (2048 x 6144
+// MXFP8, 512 tokens, 2 threads, Zen 3, kernels_bench BM_prefill_products/4, old and new alternated):
+// 147-167 ms in one slice (12.6 MB of x per thread, beyond the caches), 103-124 ms in slices; budgets
+// of 2 and 1 MB were slower for the 2048-wide products.
 constexpr int64_t kLaneGemmMaxTokens = 512;
+constexpr int64_t kLaneGemmMaxFloats = kLaneGemmMaxTokens * 2048;
+inline int64_t lane_slice_tokens(int64_t K) {
+  const int64_t fit = kLaneGemmMaxFloats / (K > 0 ? K : 1);
+  return fit >= kLaneGemmMaxTokens ? kLaneGemmMaxTokens : fit < 2 * kLaneGemmMinTokens ? 2 * kLaneGemmMinTokens : fit;
+}
 
 // Row encodings of the quantised paged KV cache (engine/kv_format.h), as the decode kernel sees them.
 enum class KvRowKind : int { BF16 = 1, FP8 = 2, NVFP4 = 3 };

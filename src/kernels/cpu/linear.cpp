@@ -381,12 +381,15 @@ void linear_forward(const Linear& W, const float* x, int64_t T, float* y) {
 }
 
 void linear_forward_many(const LinearJob* jobs, int njobs) {
-  if (std::any_of(jobs, jobs + njobs, [](const LinearJob& j) { return j.T > kLaneGemmMaxTokens; })) {
+  if (std::any_of(jobs, jobs + njobs, [](const LinearJob& j) { return j.T > lane_slice_tokens(j.W->K); })) {
     std::vector<LinearJob> sliced;  // a long prefill step only: no allocation in decode
-    for (int j = 0; j < njobs; ++j)
-      for (int64_t t0 = 0; t0 < std::max<int64_t>(jobs[j].T, 1); t0 += kLaneGemmMaxTokens)
-        sliced.push_back({jobs[j].W, jobs[j].x + t0 * jobs[j].W->K, std::min(kLaneGemmMaxTokens, jobs[j].T - t0),
+    for (int j = 0; j < njobs; ++j) {
+      const int64_t T = std::max<int64_t>(jobs[j].T, 1), fit = lane_slice_tokens(jobs[j].W->K);
+      const int64_t step = (T + (T + fit - 1) / fit - 1) / ((T + fit - 1) / fit);  // near-equal slices
+      for (int64_t t0 = 0; t0 < T; t0 += step)
+        sliced.push_back({jobs[j].W, jobs[j].x + t0 * jobs[j].W->K, std::min(step, jobs[j].T - t0),
                           jobs[j].y + t0 * jobs[j].W->N});
+    }
     linear_forward_many(sliced.data(), int(sliced.size()));
     return;
   }
