@@ -377,6 +377,35 @@ TEST(KernelsIsaLaneGemm, ManyTokensSameBitsAsOneToken) {
   EXPECT_GE(runs, 40);
 }
 
+// The lane GEMM decodes tiled panels straight into its per-lane layout (lane_decode_pack_tiled); MXFP8
+// rows holding a block-scale code above 246 take decode_tile's two-multiply form there too: same bits
+// as the token alone, for rows with such a block (first and second panel) and rows without.
+TEST(KernelsIsaLaneGemm, Mxfp8LargeScaleCodesSameBits) {
+  std::mt19937 rng(41);
+  const int64_t N = 37, K = 256;
+  for (bool tiled : {false, true}) {
+    Mat m = make_matrix(m3::LinearKind::MXFP8, N, K, rng);
+    for (int64_t row : {int64_t(3), int64_t(21)}) {
+      const int64_t b = 1;  // block 1 of the row: code 247 (2^120), weights below 0.5 so that none overflows
+      m.s[size_t(row * (K / 32) + b)] = 247;
+      for (int64_t k = 0; k < 32; ++k) {
+        uint8_t& q = m.w[size_t(row * K + b * 32 + k)];
+        q = uint8_t((q & 0x87) | 0x28);
+      }
+    }
+    m3::set_scale_range(m.lin);
+    if (tiled) {
+      ASSERT_TRUE(m3::tile_rows(m.lin, m.w.data()));
+    }
+    for (const char* isa : {"avx2", "avx512"}) {
+      const m3::CpuOps* ops = m3::cpu_ops_for(isa);
+      if (!ops) continue;
+      ASSERT_EQ(first_token_differing_from_alone(ops, m.lin, m3::kLaneGemmMinTokens + 5, rng), -1)
+          << isa << (tiled ? " tiled" : "");
+    }
+  }
+}
+
 // The avx512 build's 512-bit kernels (linear_avx512.inc: two rows per vector, each lane fed as the
 // AVX2 kernel's) give the AVX2 build's bits: tiled MXFP8 / NVFP4 / BF16 in the decode step, steps of
 // a few tokens (in registers, groups of six) and many (panels, 18 tiles: one panel of 16 and one of
