@@ -193,7 +193,7 @@ TEST(KernelsIsaClaimed, SameBitsAsLinearRows) {
 // taken while their owner waits) every job's rows equal linear_rows' bits, for jobs of different
 // formats, widths and token counts, including a job too small to make one chunk, one that the lane
 // GEMM takes (whole 16-row panels), one that runs as token slices (more than kLaneGemmMaxTokens) and a
-// wide one that runs as slices of fewer tokens (lane_slice_tokens: 66 + 67 here, each a lane GEMM).
+// wide one that runs as slices of fewer tokens (lane_slice_tokens: 67 + 66 here, each a lane GEMM).
 TEST(KernelsIsaClaimed, ManyJobsAnyThreadCountSameBits) {
   std::mt19937 rng(29);
   struct Spec {
