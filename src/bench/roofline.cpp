@@ -322,7 +322,9 @@ void run_roofline(const RooflineOptions& o) {
       if (L.empty() || rows == 0) return;
       const double t = best_time(o.repeats, [&] { linear_forward(L, x.data(), rows, y.data()); });
       // A packed BF16 matrix (pack_bf16_tiles) is read packed by steps of up to 40 tokens.
-      const double wb = L.bf16_packed && rows <= 40 ? double(L.bf16_packed_bytes) : double(L.bytes());
+      const double wb = L.bf16_packed && rows <= 40  ? double(L.bf16_packed_bytes)
+                        : L.bf16_nibbles && rows == 1 ? double(L.bf16_nibbles_bytes)
+                                                      : double(L.bytes());
       add(cls, "linear_forward on the real weights", t, wb + 4.0 * rows * (L.K + L.N), 2.0 * rows * L.N * L.K);
     };
     const int64_t start = decode ? o.context : 0;

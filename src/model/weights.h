@@ -77,7 +77,7 @@ class Weights {
   std::vector<float> final_norm_;
   std::vector<LayerWeights> layers_;
   double active_bytes_ = 0, total_bytes_ = 0;
-  AlignedVector<uint8_t> lm_head_packed_;  // pack_bf16_tiles of lm_head_ (avx512 decode), else empty
+  AlignedVector<uint8_t> lm_head_packed_;  // pack_bf16_tiles (avx512) or pack_bf16_nibbles (avx2) of lm_head_, else empty
 };
 
 }  // namespace m3

@@ -445,6 +445,58 @@ TEST(KernelsIsaAvx512, SameBitsAsAvx2) {
   EXPECT_EQ(runs, 5 * 2 * 14);
 }
 
+// The AVX2 one-token step over a BF16 matrix packed by pack_bf16_nibbles gives the bits of the tiled
+// bytes, for full tiles and a tail row, K = 64 and 2080 (65 chunks); with magnitudes within a factor of
+// 40 no row chunk escapes and the slots take under 77% of the bytes; with zeros and tiny values (and an
+// infinity and a NaN) some row chunks are escaped and read from the tiled bytes, the others packed.
+TEST(KernelsIsaAvx2, NibblePackedBf16SameBitsAsTiled) {
+  const m3::CpuOps* a2 = m3::cpu_ops_for("avx2");
+  if (!a2) GTEST_SKIP() << "no AVX2 + FMA on this CPU";
+  std::mt19937 rng(93);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  for (int variant = 0; variant < 2; ++variant)
+    for (int64_t K : {int64_t(64), int64_t(2080)}) {
+      const int64_t N = 41;
+      m3::AlignedVector<uint8_t> w(size_t(N * K * 2));
+      for (size_t i = 0; i < w.size(); i += 2) {
+        const float g = nd(rng);
+        float f = std::copysign(0.005f + 0.02f * std::fabs(g), g);
+        if (variant == 1 && rng() % 50 == 0) f = rng() % 2 ? 0.0f : -1e-30f;  // beyond 7 steps of 4: escapes
+        const uint16_t h = m3::float_to_bf16(f);
+        std::memcpy(&w[i], &h, 2);
+      }
+      if (variant == 1) {
+        const uint16_t inf = 0x7f80, nan = 0x7fc1;
+        std::memcpy(&w[2 * (5 * K + 7)], &inf, 2);
+        std::memcpy(&w[2 * (9 * K + 40)], &nan, 2);
+      }
+      m3::Linear W;
+      W.kind = m3::LinearKind::BF16, W.N = N, W.K = K, W.w = w.data();
+      ASSERT_TRUE(m3::tile_rows(W, w.data()));
+      std::vector<float> x(static_cast<size_t>(K)), scratch(size_t(m3::kLinearTileRows * K)), y0(static_cast<size_t>(N)),
+          y1(static_cast<size_t>(N));
+      for (auto& v : x) v = nd(rng);
+      a2->linear_rows(W, x.data(), 1, y0.data(), 0, N, scratch.data());
+      m3::AlignedVector<uint8_t> packed;
+      ASSERT_TRUE(m3::pack_bf16_nibbles(W, packed));
+      ASSERT_EQ(packed.size(), size_t(N / 4 * K / 32 * m3::kBf16NibbleSlot));
+      size_t escaped = 0, rows = 0;
+      for (size_t s = 0; s < packed.size(); s += m3::kBf16NibbleSlot)
+        for (int i = 0; i < 4; ++i, ++rows) escaped += packed[s + size_t(i)] == m3::kBf16NibblesEscape;
+      if (variant == 0) {
+        EXPECT_EQ(escaped, 0u);
+        EXPECT_LT(double(packed.size()), 0.77 * double(W.bytes()));
+      } else {
+        EXPECT_GT(escaped, 0u);
+        EXPECT_LT(escaped, rows);
+      }
+      a2->linear_rows(W, x.data(), 1, y1.data(), 0, N, scratch.data());
+      for (int64_t r = 0; r < N; ++r)
+        ASSERT_TRUE(std::memcmp(&y1[size_t(r)], &y0[size_t(r)], 4) == 0)
+            << "variant " << variant << " K=" << K << " row " << r << ": " << y1[size_t(r)] << " vs " << y0[size_t(r)];
+    }
+}
+
 // The packed BF16 tiles (pack_bf16_tiles, read by the avx512 steps of up to 40 tokens) are lossless:
 // the avx512 kernels give the bits of the tiled BF16 bytes and of the AVX2 build, for one to 40 tokens
 // (and 41, which goes to the panels over the tiled bytes), full tiles and a tail row; with weights

@@ -229,6 +229,39 @@ bool pack_bf16_tiles(Linear& W, AlignedVector<uint8_t>& out) {
   return true;
 }
 
+bool pack_bf16_nibbles(Linear& W, AlignedVector<uint8_t>& out) {
+  if (W.kind != LinearKind::BF16 || !W.tiled || W.K % 32 != 0 || W.N < kLinearTileRows) return false;
+  const int64_t K = W.K, chunks = K / 32, slots = W.N / kLinearTileRows * chunks;
+  out.assign(size_t(slots * kBf16NibbleSlot), 0);
+  on_load_threads(slots, 4096, [&](int64_t s0, int64_t s1) {
+    for (int64_t s = s0; s < s1; ++s) {
+      // Tiled BF16: row i's elements 32c + 8j .. + 7 of tile t at t * 4K * 2 + 256c + 64j + 16i.
+      const uint8_t* chunk = W.w + s / chunks * kLinearTileRows * K * 2 + s % chunks * 256;
+      uint8_t* slot = out.data() + s * kBf16NibbleSlot;
+      for (int i = 0; i < kLinearTileRows; ++i) {
+        uint16_t v[32];
+        for (int k = 0; k < 32; ++k) std::memcpy(&v[k], chunk + 64 * (k / 8) + 16 * i + 2 * (k % 8), 2);
+        int hi = 0, lo = 127;
+        for (uint16_t e : v) hi = std::max(hi, (e >> 8) & 0x7f), lo = std::min(lo, (e >> 8) & 0x7f);
+        if (hi - lo > 7) {
+          slot[i] = kBf16NibblesEscape;
+          continue;
+        }
+        slot[i] = uint8_t(0x7f - hi);
+        uint8_t* row = slot + 4 + 48 * i;
+        for (int p = 0; p < 32; ++p) {
+          const uint16_t e = v[p < 16 ? 8 * (p / 4) + p % 4 : 8 * ((p - 16) / 4) + 4 + p % 4];
+          row[p] = uint8_t(e & 0xff);
+          row[32 + p % 16] |= uint8_t(((e >> 15) << 3 | (hi - ((e >> 8) & 0x7f))) << (p < 16 ? 0 : 4));
+        }
+      }
+    }
+  });
+  W.bf16_nibbles = out.data();
+  W.bf16_nibbles_bytes = out.size();
+  return true;
+}
+
 bool enable_int8_activations(Linear& W) {
   if (W.kind != LinearKind::NVFP4 || W.K % 128 != 0 || W.tiled) return false;
   W.act_int8 = true;

@@ -40,6 +40,9 @@ struct Linear {
   // panels (many tokens). nullptr when not packed.
   const uint8_t* bf16_packed = nullptr;
   size_t bf16_packed_bytes = 0;
+  // The same for the AVX2 build's one-token step: pack_bf16_nibbles' slots, or nullptr.
+  const uint8_t* bf16_nibbles = nullptr;
+  size_t bf16_nibbles_bytes = 0;
   std::string name;
 
   bool empty() const { return kind == LinearKind::None; }
@@ -99,6 +102,20 @@ bool enable_int8_activations(Linear& W);
 // K % 32 == 0.
 bool pack_bf16_tiles(Linear& W, AlignedVector<uint8_t>& out);
 constexpr uint32_t kBf16PackedEscape = 0xffffffffu;
+
+// Lossless packing of a tiled BF16 matrix for the AVX2 build's one-token step (the form of
+// pack_bf16_tiles that AVX2's 32-byte shuffles decode in each row's accumulation order), about 76.6%
+// of the bytes. Per full 4-row tile and 32-element chunk, a 196-byte slot: 4 bytes, one per row,
+// 0x7f - the row's base (its largest top seven exponent bits in the chunk) or kBf16NibblesEscape when
+// a weight of the row is more than 7 steps below it; then per row 48 bytes: the 32 low bytes, then 16
+// bytes of nibbles (byte b: low nibble for low byte b, high nibble for low byte 16 + b), nibble =
+// sign << 3 | (base - top seven exponent bits). Low byte p holds element 8 (p / 4) + p % 4 for p < 16
+// and 8 ((p - 16) / 4) + 4 + p % 4 above (what two byte and two word interleaves put in lane order). An
+// escaped row's chunk is read from the tiled bytes, which stay. Fills `out`, sets W.bf16_nibbles; false
+// (nothing done) unless W is tiled BF16 with K % 32 == 0 and at least one tile.
+bool pack_bf16_nibbles(Linear& W, AlignedVector<uint8_t>& out);
+constexpr uint8_t kBf16NibblesEscape = 0x80;
+constexpr int64_t kBf16NibbleSlot = 196;
 
 // y[T, N] = x[T, K] · Wᵀ, rows of W split over the OpenMP threads (as one job of linear_forward_many).
 void linear_forward(const Linear& W, const float* x, int64_t T, float* y);
