@@ -445,6 +445,27 @@ TEST(KernelsIsaAvx512, SameBitsAsAvx2) {
   EXPECT_EQ(runs, 5 * 2 * 14);
 }
 
+// BF16 bytes of an N x K matrix with magnitudes within a factor of 40 (a packed BF16 chunk needs no
+// escape); with `escapes`, about one weight in 50 zero or tiny (beyond 7 steps of 4: its chunk escapes);
+// with `specials`, an infinity at (5, 7) and a NaN at (9, 40).
+m3::AlignedVector<uint8_t> narrow_bf16_matrix(int64_t N, int64_t K, bool escapes, bool specials, std::mt19937& rng) {
+  std::normal_distribution<float> nd(0.f, 1.f);
+  m3::AlignedVector<uint8_t> w(size_t(N * K * 2));
+  for (size_t i = 0; i < w.size(); i += 2) {
+    const float g = nd(rng);
+    float f = std::copysign(0.005f + 0.02f * std::fabs(g), g);
+    if (escapes && rng() % 50 == 0) f = rng() % 2 ? 0.0f : 1e-30f;
+    const uint16_t h = m3::float_to_bf16(f);
+    std::memcpy(&w[i], &h, 2);
+  }
+  if (specials) {
+    const uint16_t inf = 0x7f80, nan = 0x7fc1;
+    std::memcpy(&w[2 * (5 * K + 7)], &inf, 2);
+    std::memcpy(&w[2 * (9 * K + 40)], &nan, 2);
+  }
+  return w;
+}
+
 // The AVX2 one-token step over a BF16 matrix packed by pack_bf16_nibbles gives the bits of the tiled
 // bytes, for full tiles and a tail row, K = 64 and 2080 (65 chunks); with magnitudes within a factor of
 // 40 no row chunk escapes and the slots take under 77% of the bytes; with zeros and tiny values (and an
@@ -457,19 +478,7 @@ TEST(KernelsIsaAvx2, NibblePackedBf16SameBitsAsTiled) {
   for (int variant = 0; variant < 2; ++variant)
     for (int64_t K : {int64_t(64), int64_t(2080)}) {
       const int64_t N = 41;
-      m3::AlignedVector<uint8_t> w(size_t(N * K * 2));
-      for (size_t i = 0; i < w.size(); i += 2) {
-        const float g = nd(rng);
-        float f = std::copysign(0.005f + 0.02f * std::fabs(g), g);
-        if (variant == 1 && rng() % 50 == 0) f = rng() % 2 ? 0.0f : -1e-30f;  // beyond 7 steps of 4: escapes
-        const uint16_t h = m3::float_to_bf16(f);
-        std::memcpy(&w[i], &h, 2);
-      }
-      if (variant == 1) {
-        const uint16_t inf = 0x7f80, nan = 0x7fc1;
-        std::memcpy(&w[2 * (5 * K + 7)], &inf, 2);
-        std::memcpy(&w[2 * (9 * K + 40)], &nan, 2);
-      }
+      m3::AlignedVector<uint8_t> w = narrow_bf16_matrix(N, K, variant == 1, variant == 1, rng);
       m3::Linear W;
       W.kind = m3::LinearKind::BF16, W.N = N, W.K = K, W.w = w.data();
       ASSERT_TRUE(m3::tile_rows(W, w.data()));
@@ -511,19 +520,7 @@ TEST(KernelsIsaAvx512, PackedBf16SameBitsAsTiled) {
   for (int variant = 0; variant < 3; ++variant) {
     // Variant 2: large enough (8200 chunks) for pack_bf16_tiles to split the work among threads.
     const int64_t N = variant < 2 ? 41 : 4100, K = variant < 2 ? 192 : 256;
-    m3::AlignedVector<uint8_t> w(size_t(N * K * 2));
-    for (size_t i = 0; i < w.size(); i += 2) {
-      const float g = nd(rng);
-      float f = std::copysign(0.005f + 0.02f * std::fabs(g), g);  // magnitudes within a factor of 40
-      if (variant >= 1 && rng() % 50 == 0) f = rng() % 2 ? 0.0f : 1e-30f;  // beyond 7 steps of 4: escapes
-      const uint16_t h = m3::float_to_bf16(f);
-      std::memcpy(&w[i], &h, 2);
-    }
-    if (variant == 1) {
-      const uint16_t inf = 0x7f80, nan = 0x7fc1;
-      std::memcpy(&w[2 * (5 * K + 7)], &inf, 2);
-      std::memcpy(&w[2 * (9 * K + 100)], &nan, 2);
-    }
+    m3::AlignedVector<uint8_t> w = narrow_bf16_matrix(N, K, variant >= 1, variant == 1, rng);
     m3::Linear W;
     W.kind = m3::LinearKind::BF16, W.N = N, W.K = K, W.w = w.data();
     ASSERT_TRUE(m3::tile_rows(W, w.data()));
