@@ -165,27 +165,40 @@ void nvfp4_chunk_nibbles(const uint8_t* in, uint8_t* out, bool to_tiled) {
   _mm_storeu_si128(reinterpret_cast<__m128i*>(out), r);
 }
 
+namespace {
+// The BF16 packings' view of a tiled matrix: slot s = (tile s / chunks, 32-element chunk s % chunks), whose
+// 256 bytes hold row i's elements 32c + 8j .. + 7 at 64j + 16i.
+const uint8_t* tiled_bf16_chunk(const Linear& W, int64_t slot) {
+  const int64_t chunks = W.K / 32;
+  return W.w + slot / chunks * kLinearTileRows * W.K * 2 + slot % chunks * 256;
+}
+uint16_t tiled_bf16_value(const uint8_t* chunk, int row, int k) {
+  uint16_t v;
+  std::memcpy(&v, chunk + 64 * (k / 8) + 16 * row + 2 * (k % 8), 2);
+  return v;
+}
+// A row's base in a chunk (its largest top seven exponent bits), or -1 when some weight lies more than 7
+// steps below it (the chunk or row is then kept raw).
+int tiled_bf16_row_base(const uint8_t* chunk, int row) {
+  int hi = 0, lo = 127;
+  for (int k = 0; k < 32; ++k) {
+    const int e = (tiled_bf16_value(chunk, row, k) >> 8) & 0x7f;
+    hi = std::max(hi, e), lo = std::min(lo, e);
+  }
+  return hi - lo > 7 ? -1 : hi;
+}
+}  // namespace
+
 bool pack_bf16_tiles(Linear& W, AlignedVector<uint8_t>& out) {
   if (W.kind != LinearKind::BF16 || !W.tiled || W.K % 32 != 0 || W.N < kLinearTileRows) return false;
-  const int64_t K = W.K, chunks = K / 32, slots = W.N / kLinearTileRows * chunks;
-  // Tiled BF16: row i's elements 32c + 8j .. + 7 of tile t at t * 4K * 2 + 256c + 64j + 16i.
-  auto raw = [&](int64_t slot) { return W.w + slot / chunks * kLinearTileRows * K * 2 + slot % chunks * 256; };
-  auto value = [&](const uint8_t* chunk, int row, int k) {
-    uint16_t v;
-    std::memcpy(&v, chunk + 64 * (k / 8) + 16 * row + 2 * (k % 8), 2);
-    return v;
-  };
-  // Row bases (largest top-seven exponent bits), or kBf16PackedEscape when a weight is out of reach.
+  const int64_t slots = W.N / kLinearTileRows * (W.K / 32);
+  // Row bases, or kBf16PackedEscape when a weight of any row is out of reach.
   auto bases = [&](const uint8_t* chunk) {
     uint32_t b = 0;
     for (int r = 0; r < kLinearTileRows; ++r) {
-      int hi = 0, lo = 127;
-      for (int k = 0; k < 32; ++k) {
-        const int e = (value(chunk, r, k) >> 8) & 0x7f;
-        hi = std::max(hi, e), lo = std::min(lo, e);
-      }
-      if (hi - lo > 7) return kBf16PackedEscape;
-      b |= uint32_t(hi) << (8 * r);
+      const int base = tiled_bf16_row_base(chunk, r);
+      if (base < 0) return kBf16PackedEscape;
+      b |= uint32_t(base) << (8 * r);
     }
     return b;
   };
@@ -194,7 +207,7 @@ bool pack_bf16_tiles(Linear& W, AlignedVector<uint8_t>& out) {
   // chunks are numbered in slot order, pass 2 writes the bytes.
   std::vector<uint32_t> base(static_cast<size_t>(slots)), esc(static_cast<size_t>(slots), 0);
   on_load_threads(slots, 4096, [&](int64_t s0, int64_t s1) {
-    for (int64_t s = s0; s < s1; ++s) base[size_t(s)] = bases(raw(s));
+    for (int64_t s = s0; s < s1; ++s) base[size_t(s)] = bases(tiled_bf16_chunk(W, s));
   });
   int64_t escapes = 0;
   for (int64_t s = 0; s < slots; ++s)
@@ -205,7 +218,7 @@ bool pack_bf16_tiles(Linear& W, AlignedVector<uint8_t>& out) {
   uint8_t* const esc0 = base0 + slots * 4;
   on_load_threads(slots, 4096, [&](int64_t s0, int64_t s1) {
     for (int64_t s = s0; s < s1; ++s) {
-      const uint8_t* chunk = raw(s);
+      const uint8_t* chunk = tiled_bf16_chunk(W, s);
       uint8_t* slot = slot0 + s * 192;
       const uint32_t b = base[size_t(s)];
       std::memcpy(base0 + s * 4, &b, 4);
@@ -217,7 +230,7 @@ bool pack_bf16_tiles(Linear& W, AlignedVector<uint8_t>& out) {
       for (int half = 0; half < 2; ++half)  // rows 0, 1 then rows 2, 3
         for (int w = 0; w < 64; ++w) {
           const int r = 2 * half + w / 32;
-          const uint16_t v = value(chunk, r, w % 32);
+          const uint16_t v = tiled_bf16_value(chunk, r, w % 32);
           const int off = int((b >> (8 * r)) & 0xff) - ((v >> 8) & 0x7f);
           slot[64 * half + w] = uint8_t(v & 0xff);
           slot[128 + w] |= uint8_t(((v >> 15) << 3 | off) << (4 * half));
@@ -231,26 +244,22 @@ bool pack_bf16_tiles(Linear& W, AlignedVector<uint8_t>& out) {
 
 bool pack_bf16_nibbles(Linear& W, AlignedVector<uint8_t>& out) {
   if (W.kind != LinearKind::BF16 || !W.tiled || W.K % 32 != 0 || W.N < kLinearTileRows) return false;
-  const int64_t K = W.K, chunks = K / 32, slots = W.N / kLinearTileRows * chunks;
+  const int64_t slots = W.N / kLinearTileRows * (W.K / 32);
   out.assign(size_t(slots * kBf16NibbleSlot), 0);
   on_load_threads(slots, 4096, [&](int64_t s0, int64_t s1) {
     for (int64_t s = s0; s < s1; ++s) {
-      // Tiled BF16: row i's elements 32c + 8j .. + 7 of tile t at t * 4K * 2 + 256c + 64j + 16i.
-      const uint8_t* chunk = W.w + s / chunks * kLinearTileRows * K * 2 + s % chunks * 256;
+      const uint8_t* chunk = tiled_bf16_chunk(W, s);
       uint8_t* slot = out.data() + s * kBf16NibbleSlot;
       for (int i = 0; i < kLinearTileRows; ++i) {
-        uint16_t v[32];
-        for (int k = 0; k < 32; ++k) std::memcpy(&v[k], chunk + 64 * (k / 8) + 16 * i + 2 * (k % 8), 2);
-        int hi = 0, lo = 127;
-        for (uint16_t e : v) hi = std::max(hi, (e >> 8) & 0x7f), lo = std::min(lo, (e >> 8) & 0x7f);
-        if (hi - lo > 7) {
+        const int hi = tiled_bf16_row_base(chunk, i);
+        if (hi < 0) {
           slot[i] = kBf16NibblesEscape;
           continue;
         }
         slot[i] = uint8_t(0x7f - hi);
         uint8_t* row = slot + 4 + 48 * i;
         for (int p = 0; p < 32; ++p) {
-          const uint16_t e = v[p < 16 ? 8 * (p / 4) + p % 4 : 8 * ((p - 16) / 4) + 4 + p % 4];
+          const uint16_t e = tiled_bf16_value(chunk, i, p < 16 ? 8 * (p / 4) + p % 4 : 8 * ((p - 16) / 4) + 4 + p % 4);
           row[p] = uint8_t(e & 0xff);
           row[32 + p % 16] |= uint8_t(((e >> 15) << 3 | (hi - ((e >> 8) & 0x7f))) << (p < 16 ? 0 : 4));
         }
