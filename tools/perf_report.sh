@@ -34,6 +34,9 @@ done
 decode_ms() { sed -n '/^DECODE/,/tokens\/s/p' "$1" | awk '/^whole step/ {print $4}'; }
 # steady_ms FILE: the steady decode step (32 steps in a row, no flush), ms
 steady_ms() { awk '/^steady decode/ {for (i = 1; i < NF; ++i) if ($(i + 1) == "ms") print $i}' "$1"; }
+# paired_pct FILE: the steady decode's weight read rate over a read probe taken just before each run,
+# median over the runs, %
+paired_pct() { sed -n 's/.*paired with a read probe.*(median \([0-9]*\)%).*/\1/p' "$1"; }
 prefill_tps() { sed -n '/^PREFILL/,$p' "$1" | awk '/-> / {print $2}'; }
 stats() { sort -g | awk '{v[NR]=$1} END {printf "%s %s\n", v[1], v[int((NR+1)/2)]}'; }  # best median
 
@@ -64,8 +67,8 @@ done
 # Two decode figures per context: the steady step (32 steps in a row, as generate and serve decode)
 # and the cold whole step (each from flushed caches, the roofline's per-class baseline).
 for kind in steady cold; do
-  printf "\n%-22s %-26s %-26s %-22s %s\n" "variant ($kind)" "decode 512 ms best/median" "decode 16K ms best/median" \
-    "16K/512 best/median" "prefill 512 tok/s best"
+  printf "\n%-22s %-26s %-26s %-22s %-24s %s\n" "variant ($kind)" "decode 512 ms best/median" "decode 16K ms best/median" \
+    "16K/512 best/median" "prefill 512 tok/s best" "512 % of paired probe"
   get=decode_ms
   [ "$kind" = steady ] && get=steady_ms
   for v in $VARIANTS; do
@@ -73,8 +76,10 @@ for kind in steady cold; do
     read -r b512 m512 < <(for f in "$WORK"/roof.$tag.512.*.txt; do $get "$f"; done | stats)
     read -r b16 m16 < <(for f in "$WORK"/roof.$tag.16k.*.txt; do $get "$f"; done | stats)
     pf=$(for f in "$WORK"/roof.$tag.512.*.txt; do prefill_tps "$f"; done | sort -gr | head -1)
-    printf "%-22s %-26s %-26s %-22s %s\n" "$layout $act $mem $kv" "$b512 / $m512" "$b16 / $m16" \
-      "$(awk -v a="$b512" -v b="$b16" -v c="$m512" -v d="$m16" 'BEGIN {printf "%.2f / %.2f", a/b, c/d}')" "$pf"
+    pp=-
+    [ "$kind" = steady ] && pp=$(for f in "$WORK"/roof.$tag.512.*.txt; do paired_pct "$f"; done | xargs echo)
+    printf "%-22s %-26s %-26s %-22s %-24s %s\n" "$layout $act $mem $kv" "$b512 / $m512" "$b16 / $m16" \
+      "$(awk -v a="$b512" -v b="$b16" -v c="$m512" -v d="$m16" 'BEGIN {printf "%.2f / %.2f", a/b, c/d}')" "$pf" "$pp"
   done
 done
 echo "full reports: $WORK/roof.*.txt"

@@ -160,6 +160,46 @@ void print_table(const char* title, const std::vector<Row>& rows, const MachineL
               double(tokens) / whole_s, (long long)tokens, tokens == 1 ? "" : "s", 100 * sum_t / whole_s);
 }
 
+// The streaming-read probe over its own buffer (first touched by the thread that reads each slice):
+// measure_limits' figure, and the paired probes that the steady decode is set against.
+class ReadProbe {
+ public:
+  ReadProbe(double mib, int threads)
+      : n_(size_t(mib * 1024 * 1024 / 4) / 64 * 64), threads_(threads), mem_(n_ * 4, "the bandwidth probe buffer") {
+    float* buf = reinterpret_cast<float*>(mem_.data());
+    const size_t n = n_;
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (size_t i = 0; i < n; ++i) buf[i] = float(i & 7) * 0.25f;
+  }
+  // GB/s of the best of passes - 1 timed passes after an untimed one.
+  double gbs(int passes) {
+    const float* buf = reinterpret_cast<const float*>(mem_.data());
+    const bool avx2 = have_avx2_fma();
+    const size_t n = n_;
+    double best = 1e300;
+    for (int pass = 0; pass < passes; ++pass) {
+      float total = 0;
+      const double t = now_s();
+#pragma omp parallel num_threads(threads_) reduction(+ : total)
+      {
+        const int nt = omp_get_num_threads(), id = omp_get_thread_num();
+        const size_t per = (n / size_t(nt)) / 32 * 32;
+        const size_t lo = per * size_t(id), cnt = id == nt - 1 ? n - lo : per;
+        total += avx2 ? read_slice_avx2(buf + lo, cnt) : read_slice_scalar(buf + lo, cnt);
+      }
+      const double dt = now_s() - t;
+      g_sink = total;
+      if (pass > 0) best = std::min(best, dt);
+    }
+    return double(n) * 4 / best / 1e9;
+  }
+
+ private:
+  size_t n_;
+  int threads_;
+  HugePageBuffer mem_;
+};
+
 }  // namespace
 
 MachineLimits measure_limits(double probe_mib, int threads) {
@@ -168,29 +208,11 @@ MachineLimits measure_limits(double probe_mib, int threads) {
   const bool avx2 = have_avx2_fma(), avx512 = have_avx512f();
   lim.isa = avx512 ? "avx512f" : avx2 ? "avx2+fma" : "scalar";
   lim.fma_lanes = avx512 ? 16 : avx2 ? 8 : 1;
-  // Streaming read: a buffer far beyond the caches, one contiguous slice per thread, best of 5 passes,
-  // on huge pages where the kernel offers them (the machine's limit, not its TLB's).
-  const size_t n = size_t(probe_mib * 1024 * 1024 / 4) / 64 * 64;
-  HugePageBuffer mem(n * 4, "the bandwidth probe buffer");
-  float* buf = reinterpret_cast<float*>(mem.data());
-#pragma omp parallel for num_threads(lim.threads) schedule(static)
-  for (size_t i = 0; i < n; ++i) buf[i] = float(i & 7) * 0.25f;  // first touch by the reading thread
-  double best = 1e300;
-  for (int pass = 0; pass < 6; ++pass) {
-    float total = 0;
-    const double t = now_s();
-#pragma omp parallel num_threads(lim.threads) reduction(+ : total)
-    {
-      const int nt = omp_get_num_threads(), id = omp_get_thread_num();
-      const size_t per = (n / size_t(nt)) / 32 * 32;
-      const size_t lo = per * size_t(id), cnt = id == nt - 1 ? n - lo : per;
-      total += avx2 ? read_slice_avx2(buf + lo, cnt) : read_slice_scalar(buf + lo, cnt);
-    }
-    const double dt = now_s() - t;
-    g_sink = total;
-    if (pass > 0) best = std::min(best, dt);  // pass 0 warms the TLB
-  }
-  lim.read_gbs = double(n) * 4 / best / 1e9;
+  // Streaming read: a buffer far beyond the caches, one contiguous slice per thread, best of 5 passes
+  // after one that warms the TLB, on huge pages where the kernel offers them (the machine's limit, not
+  // its TLB's).
+  ReadProbe probe(probe_mib, lim.threads);
+  lim.read_gbs = probe.gbs(6);
   // FMA peak: every thread runs independent chains; best of 3.
   const int64_t iters = 20'000'000;
   double fbest = 1e300;
@@ -284,8 +306,15 @@ void run_roofline(const RooflineOptions& o) {
   // Steady decode, as generate and serve run it: kSteadySteps steps in a row, each appending its token
   // at the next position (context, context + 1, ...), no cache flush in between; the best mean step
   // over `repeats` runs (after one untimed step).
+  // Each run is paired with a read probe taken just before it (a 256 MiB buffer at most), so that the
+  // weights' read rate is also set against what memory gave in the same minute: on a shared machine
+  // the probe at the start and the best run can come from quieter or busier moments.
   double steady = 1e300;
+  const double active = double(W.active_bytes_per_token());
+  std::vector<double> paired;  // per run: weights GB/s over the paired probe's GB/s
+  ReadProbe pair_probe(std::min(o.probe_mib, 256.0), lim.threads);
   for (int r = 0; r < std::max(1, o.repeats); ++r) {
+    const double probe_gbs = pair_probe.gbs(3);
     auto step = [&](int s) {
       PagedKV view(pool, table, o.context + s + 1);
       const BatchItem item{&view, toks.data() + s % toks.size(), 1, o.context + s, 0};
@@ -294,7 +323,9 @@ void run_roofline(const RooflineOptions& o) {
     step(0);
     const double t0 = now_s();
     for (int s = 0; s < kSteadySteps; ++s) step(s);
-    steady = std::min(steady, (now_s() - t0) / kSteadySteps);
+    const double mean = (now_s() - t0) / kSteadySteps;
+    steady = std::min(steady, mean);
+    paired.push_back(active / mean / 1e9 / probe_gbs);
   }
   const double prefill_whole = best_time(std::min(o.repeats, 2), [&] {
     PagedKV view(pool, table, o.prefill);
@@ -441,11 +472,17 @@ void run_roofline(const RooflineOptions& o) {
   std::printf("every timed call starts from cold caches (a 96 MiB buffer is read before it).\n");
   print_table(fmt::format("DECODE: 1 token at context {} (best of {})", o.context, o.repeats).c_str(), classes(1, true), lim,
               decode_whole, 1);
-  const double active = double(W.active_bytes_per_token());
   std::printf("steady decode: %d steps in a row from context %lld (cache appended, no flush; best mean of %d): %.3f ms "
               "= %.2f tokens/s, weights %.2f GB/s (%.0f%% of read BW)\n",
               kSteadySteps, (long long)o.context, std::max(1, o.repeats), steady * 1e3, 1.0 / steady,
               active / steady / 1e9, 100 * active / steady / 1e9 / lim.read_gbs);
+  std::string runs;
+  for (double p : paired) runs += fmt::format("{}{:.0f}%", runs.empty() ? "" : " ", 100 * p);
+  std::sort(paired.begin(), paired.end());
+  const size_t np = paired.size();
+  const double median = np % 2 ? paired[np / 2] : 0.5 * (paired[np / 2 - 1] + paired[np / 2]);
+  std::printf("  paired with a read probe just before each run: weights at %s of it (median %.0f%%)\n", runs.c_str(),
+              100 * median);
   print_table(fmt::format("PREFILL: {} tokens from an empty cache (best of {})", o.prefill, std::min(o.repeats, 2)).c_str(),
               classes(o.prefill, false), lim, prefill_whole, o.prefill);
 }

@@ -62,4 +62,13 @@ if "$BIN" bench roofline >/dev/null 2>"$TMP/roof.err"; then fail "roofline witho
 grep -q -- "--model" "$TMP/roof.err" || fail "roofline: --model not named"
 if "$BIN" bench roofline --model "$TMP/none" --kv-cache-dtype fp7 >/dev/null 2>"$TMP/roof.err"; then fail "roofline: bad KV dtype accepted"; fi
 grep -q -- "--kv-cache-dtype" "$TMP/roof.err" || fail "roofline: bad KV dtype not named"
+# A small roofline run on the tiny model: the report's sections and, per steady run, the weights' read
+# rate over a read probe taken just before it (one figure per --repeats, and their median).
+"$BIN" bench roofline --model "$TMP/model" --context 64 --prefill 8 --repeats 3 --probe-mib 8 >"$TMP/roof.txt" 2>&1 ||
+  fail "roofline run: $(tail -3 "$TMP/roof.txt")"
+for want in "memory read bandwidth" "^DECODE" "^PREFILL" "^steady decode"; do
+  grep -q "$want" "$TMP/roof.txt" || fail "roofline: no '$want' line"
+done
+grep -Eq "paired with a read probe just before each run: weights at [0-9]+% [0-9]+% [0-9]+% of it \(median [0-9]+%\)" \
+  "$TMP/roof.txt" || fail "roofline: no paired line for 3 runs: $(grep -i paired "$TMP/roof.txt")"
 echo "bench.sh: OK"
