@@ -470,8 +470,11 @@ void run_roofline(const RooflineOptions& o) {
               lim.fma_gflops);
   std::printf("bytes: weights read once per call + fp32 activations in/out; KV and index-key rows read in their cache dtype.\n");
   std::printf("every timed call starts from cold caches (a 96 MiB buffer is read before it).\n");
-  print_table(fmt::format("DECODE: 1 token at context {} (best of {})", o.context, o.repeats).c_str(), classes(1, true), lim,
+  const std::vector<Row> decode_rows = classes(1, true);
+  print_table(fmt::format("DECODE: 1 token at context {} (best of {})", o.context, o.repeats).c_str(), decode_rows, lim,
               decode_whole, 1);
+  double step_bytes = 0;
+  for (const Row& r : decode_rows) step_bytes += r.bytes;
   std::printf("steady decode: %d steps in a row from context %lld (cache appended, no flush; best mean of %d): %.3f ms "
               "= %.2f tokens/s, weights %.2f GB/s (%.0f%% of read BW)\n",
               kSteadySteps, (long long)o.context, std::max(1, o.repeats), steady * 1e3, 1.0 / steady,
@@ -483,6 +486,10 @@ void run_roofline(const RooflineOptions& o) {
   const double median = np % 2 ? paired[np / 2] : 0.5 * (paired[np / 2 - 1] + paired[np / 2]);
   std::printf("  paired with a read probe just before each run: weights at %s of it (median %.0f%%)\n", runs.c_str(),
               100 * median);
+  // At long context the K/V and index-key rows add to the weights (the bytes that bound decode there).
+  std::printf("  everything a step reads (weights, K/V and index-key rows, activations; as the table counts): %.1f MB, "
+              "%.2f GB/s at the steady rate (%.0f%% of read BW)\n",
+              step_bytes / 1e6, step_bytes / steady / 1e9, 100 * step_bytes / steady / 1e9 / lim.read_gbs);
   print_table(fmt::format("PREFILL: {} tokens from an empty cache (best of {})", o.prefill, std::min(o.repeats, 2)).c_str(),
               classes(o.prefill, false), lim, prefill_whole, o.prefill);
 }

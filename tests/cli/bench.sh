@@ -66,7 +66,7 @@ grep -q -- "--kv-cache-dtype" "$TMP/roof.err" || fail "roofline: bad KV dtype no
 # rate over a read probe taken just before it (one figure per --repeats, and their median).
 "$BIN" bench roofline --model "$TMP/model" --context 64 --prefill 8 --repeats 3 --probe-mib 8 >"$TMP/roof.txt" 2>&1 ||
   fail "roofline run: $(tail -3 "$TMP/roof.txt")"
-for want in "memory read bandwidth" "^DECODE" "^PREFILL" "^steady decode"; do
+for want in "memory read bandwidth" "^DECODE" "^PREFILL" "^steady decode" "everything a step reads"; do
   grep -q "$want" "$TMP/roof.txt" || fail "roofline: no '$want' line"
 done
 grep -Eq "paired with a read probe just before each run: weights at [0-9]+% [0-9]+% [0-9]+% of it \(median [0-9]+%\)" \
