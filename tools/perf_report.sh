@@ -38,7 +38,9 @@ steady_ms() { awk '/^steady decode/ {for (i = 1; i < NF; ++i) if ($(i + 1) == "m
 # median over the runs, %
 paired_pct() { sed -n 's/.*paired with a read probe.*(median \([0-9]*\)%).*/\1/p' "$1"; }
 prefill_tps() { sed -n '/^PREFILL/,$p' "$1" | awk '/-> / {print $2}'; }
-stats() { sort -g | awk '{v[NR]=$1} END {printf "%s %s\n", v[1], v[int((NR+1)/2)]}'; }  # best median
+# best median (an even count's median is the mean of the two middle values: with RUNS=2 the lower one
+# alone was the best run again)
+stats() { sort -g | awk '{v[NR]=$1} END {m = NR % 2 ? v[(NR+1)/2] : (v[NR/2] + v[NR/2+1]) / 2; printf "%s %.3f\n", v[1], m}'; }
 
 # Variants: layout, NVFP4 activation mode (int8 = the opt-in --nvfp4-activations int8; m3-mxfp8 has no
 # NVFP4 matrix, so only fp32 applies there), and optionally map (= --mmap: weights read from the mapped
