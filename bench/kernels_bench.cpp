@@ -70,8 +70,9 @@ struct Matrix {
   }
   // As the engine holds weights read into memory: int8-activation matrices first (they stay
   // row-major), then the 4-row tile layout for the rest (Weights::tile_for_decode).
-  void hold_as_engine(bool int8_act) {
+  void hold_as_engine(bool int8_act, bool bf16_act = false) {
     if (int8_act) m3::enable_int8_activations(L);
+    if (bf16_act) m3::enable_bf16_activations(L);
     m3::tile_rows(L, w.data());
   }
 };
@@ -89,14 +90,19 @@ constexpr int64_t kK = 2048;
 
 // state.range(0): weight kind; range(1): T; range(2): 1 = cold (matrices > LLC), 0 = hot.
 constexpr int64_t kNvfp4Int8 = 100;  // range(0) value: NVFP4 with int8 activations (opt-in path)
+constexpr int64_t kMxfp8Bf16 = 101;  // range(0) value: MXFP8 with BF16 activations (opt-in path)
 
-// A matmul benchmark's range(0): a LinearKind, or kNvfp4Int8.
+// A matmul benchmark's range(0): a LinearKind, kNvfp4Int8 or kMxfp8Bf16.
 struct KindArg {
   LinearKind kind;
-  bool int8_act;
+  bool int8_act, bf16_act;
   explicit KindArg(int64_t arg)
-      : kind(arg == kNvfp4Int8 ? LinearKind::NVFP4 : LinearKind(arg)), int8_act(arg == kNvfp4Int8) {}
-  std::string name() const { return std::string(m3::linear_kind_name(kind)) + (int8_act ? " int8-act" : ""); }
+      : kind(arg == kNvfp4Int8 ? LinearKind::NVFP4 : arg == kMxfp8Bf16 ? LinearKind::MXFP8 : LinearKind(arg)),
+        int8_act(arg == kNvfp4Int8),
+        bf16_act(arg == kMxfp8Bf16) {}
+  std::string name() const {
+    return std::string(m3::linear_kind_name(kind)) + (int8_act ? " int8-act" : "") + (bf16_act ? " bf16-act" : "");
+  }
 };
 
 void BM_linear(benchmark::State& state) {
@@ -109,7 +115,7 @@ void BM_linear(benchmark::State& state) {
   mats.reserve(size_t(count));
   for (int i = 0; i < count; ++i) {
     mats.emplace_back(kind.kind, N, kK, uint32_t(i + 1));
-    mats.back().hold_as_engine(kind.int8_act);
+    mats.back().hold_as_engine(kind.int8_act, kind.bf16_act);
   }
   const std::vector<float> x = normal_x(T * kK);
   std::vector<float> y(size_t(T * N));
@@ -127,7 +133,8 @@ void BM_linear(benchmark::State& state) {
 }
 
 void kinds(benchmark::internal::Benchmark* b) {
-  for (int64_t k : {int64_t(LinearKind::BF16), int64_t(LinearKind::MXFP8), int64_t(LinearKind::NVFP4), kNvfp4Int8})
+  for (int64_t k : {int64_t(LinearKind::BF16), int64_t(LinearKind::MXFP8), int64_t(LinearKind::NVFP4), kNvfp4Int8,
+                    kMxfp8Bf16})
     for (int64_t T : {1, 8, 64, 128})
       for (int cold : {0, 1})
         if (T < 64 || !cold) b->Args({k, T, cold});  // T = 64: a prefill expert's tokens; 128: a prefill chunk (compute-bound)
@@ -143,7 +150,7 @@ void BM_linear_resident(benchmark::State& state) {
   const KindArg kind(state.range(0));
   const int64_t N = 128;
   Matrix m(kind.kind, N, kK, 3);
-  m.hold_as_engine(kind.int8_act);
+  m.hold_as_engine(kind.int8_act, kind.bf16_act);
   const std::vector<float> x = normal_x(kK);
   std::vector<float> y(static_cast<size_t>(N)), scratch(static_cast<size_t>(m3::kLinearTileRows * kK));
   const m3::CpuOps& ops = m3::cpu_ops();
@@ -161,6 +168,7 @@ BENCHMARK(BM_linear_resident)
     ->Arg(int64_t(LinearKind::MXFP8))
     ->Arg(int64_t(LinearKind::NVFP4))
     ->Arg(kNvfp4Int8)
+    ->Arg(kMxfp8Bf16)
     ->UseRealTime();
 
 // The matrix products of a 512-token prefill of the mid preset, as the model issues them (one

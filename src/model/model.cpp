@@ -16,6 +16,7 @@ namespace m3 {
 Model::Model(const std::string& dir, const ModelOptions& opt) : cfg_(ModelConfig::from_dir(dir)) {
   weights_ = std::make_unique<Weights>(cfg_, opt.weight_memory);
   if (opt.nvfp4_int8_activations) int8_matrices_ = weights_->enable_int8_activations();
+  if (opt.mxfp8_bf16_activations) bf16_matrices_ = weights_->enable_bf16_activations();
   tiled_matrices_ = weights_->tile_for_decode();
 }
 

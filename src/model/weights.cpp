@@ -139,6 +139,12 @@ int Weights::tile_for_decode() {
   return n;
 }
 
+int Weights::enable_bf16_activations() {
+  int n = 0;
+  for_each_linear([&](Linear& W) { n += m3::enable_bf16_activations(W) ? 1 : 0; });
+  return n;
+}
+
 int Weights::enable_int8_activations() {
   int n = 0;
   for_each_linear([&](Linear& W) { n += m3::enable_int8_activations(W) ? 1 : 0; });

@@ -12,7 +12,7 @@
 #include <cstring>
 #include <functional>
 #include <thread>
-#include <vector>
+#include <string>
 #include <vector>
 
 #include "kernels/cpu/aligned_vector.h"
@@ -276,6 +276,14 @@ bool enable_int8_activations(Linear& W) {
   W.act_int8 = true;
   return true;
 }
+
+bool enable_bf16_activations(Linear& W) {
+  if (W.kind != LinearKind::MXFP8) return false;
+  W.act_bf16 = true;
+  return true;
+}
+
+bool bf16_dot_products() { return std::string(cpu_ops().name) == "avx512" && __builtin_cpu_supports("avx512bf16"); }
 
 namespace {
 

@@ -1,0 +1,130 @@
+// The opt-in BF16 activations of MXFP8 matmuls (`--mxfp8-activations bf16`, Linear::act_bf16): on
+// every ISA build this CPU runs, and on every path (one token, a few, the prefill panels, tiled or
+// row-major weights, partial tiles, scale codes outside the BF16 panels' range), each output equals
+// the sum over k of the decoded weight times x[k] rounded to BF16, within fp32 summation error; and
+// it is not the exact path's result (the rounding happens).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "formats/dtype.h"
+#include "kernels/cpu/dispatch.h"
+#include "kernels/cpu/linear.h"
+
+namespace {
+
+struct Mxfp8 {
+  std::vector<uint8_t> w, s;
+  m3::Linear lin;
+  // Random E4M3 codes (subnormals and zeros included, no NaN) and scale codes in [lo, hi].
+  Mxfp8(int64_t N, int64_t K, int lo, int hi, uint32_t seed) : w(size_t(N * K)), s(size_t(N * K / 32)) {
+    std::mt19937 rng(seed);
+    for (auto& b : w) {
+      b = uint8_t(rng());
+      if ((b & 0x7f) == 0x7f) b = 0x3e;
+    }
+    for (auto& b : s) b = uint8_t(lo + int(rng() % uint32_t(hi - lo + 1)));
+    lin.kind = m3::LinearKind::MXFP8;
+    lin.N = N;
+    lin.K = K;
+    lin.w = w.data();
+    lin.scales = s.data();
+    m3::set_scale_range(lin);
+  }
+};
+
+float bf16_round(float v) { return m3::bf16_to_float(m3::float_to_bf16(v)); }
+
+struct Case {
+  int64_t N, K;
+  int lo, hi;  // scale codes
+  bool tiled;
+  int x_exp;  // x drawn from N(0, 1) times 2^x_exp (keeps extreme scales' products normal and finite)
+};
+
+// y (T x N) against the decoded weights w (N x K): within 4 * K * 2^-24 of the sum of |terms|, and
+// equal to the bf16-activation reference rather than to the exact one for some output.
+void check(const std::vector<float>& y, const std::vector<float>& w, const std::vector<float>& x, int64_t T,
+           int64_t N, int64_t K, const std::string& what) {
+  int away_from_exact = 0;
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t r = 0; r < N; ++r) {
+      double ref = 0, exact = 0, mag = 0;
+      for (int64_t k = 0; k < K; ++k) {
+        const double wk = w[size_t(r * K + k)], xk = x[size_t(t * K + k)];
+        ref += wk * double(bf16_round(float(xk)));
+        exact += wk * xk;
+        mag += std::fabs(wk * xk);
+      }
+      const double tol = 4.0 * double(K) * std::ldexp(1.0, -24) * mag;
+      ASSERT_NEAR(y[size_t(t * N + r)], ref, tol) << what << " token " << t << " row " << r;
+      away_from_exact += std::fabs(y[size_t(t * N + r)] - exact) > tol ? 1 : 0;
+    }
+  EXPECT_GT(away_from_exact, 0) << what << ": no output shows the BF16 rounding of x";
+}
+
+TEST(KernelsBf16Act, EveryIsaAndPathMatchesTheRoundedReference) {
+  const Case cases[] = {
+      {44, 256, 118, 130, true, 0},   // 11 tiles: pairs and a lone tile, panel-range scales
+      {46, 256, 118, 130, true, 0},   // and 2 rows past the last full tile
+      {40, 128, 118, 130, false, 0},  // row-major (mapped weights)
+      {40, 128, 10, 16, true, 0},     // the panels' lowest scale codes
+      {40, 128, 3, 9, true, 60},      // below the panels' range (they fall back)
+      {16, 64, 240, 246, true, -40},  // the highest (above them some E4M3 values overflow fp32 too)
+  };
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  for (const char* isa : {"generic", "avx2", "avx512"}) {
+    const m3::CpuOps* ops = m3::cpu_ops_for(isa);
+    if (!ops) continue;
+    for (const Case& c : cases) {
+      Mxfp8 m(c.N, c.K, c.lo, c.hi, uint32_t(c.N * 7 + c.lo));
+      std::vector<float> w(size_t(c.N * c.K));
+      m3::linear_decode_rows(m.lin, 0, c.N, w.data());
+      if (c.tiled) {
+        ASSERT_TRUE(m3::tile_rows(m.lin, m.w.data()));
+      }
+      ASSERT_TRUE(m3::enable_bf16_activations(m.lin));
+      for (int64_t T : {1, 2, 3, 4, 6, 7, 13, 70}) {
+        std::vector<float> x(size_t(T * c.K)), y(size_t(T * c.N)), scratch(size_t(m3::kLinearTileRows * c.K));
+        for (auto& v : x) v = std::ldexp(nd(rng), c.x_exp);
+        ops->linear_rows(m.lin, x.data(), T, y.data(), 0, c.N, scratch.data());
+        check(y, w, x, T, c.N, c.K,
+              std::string(isa) + " N=" + std::to_string(c.N) + " K=" + std::to_string(c.K) + " codes " +
+                  std::to_string(c.lo) + ".." + std::to_string(c.hi) + (c.tiled ? " tiled" : "") +
+                  " T=" + std::to_string(T));
+      }
+    }
+  }
+  // The threaded entry point (the CPU's own ISA) as the model calls it.
+  Mxfp8 m(64, 512, 120, 126, 3);
+  std::vector<float> w(size_t(64 * 512));
+  m3::linear_decode_rows(m.lin, 0, 64, w.data());
+  ASSERT_TRUE(m3::tile_rows(m.lin, m.w.data()));
+  ASSERT_TRUE(m3::enable_bf16_activations(m.lin));
+  for (int64_t T : {1, 5, 100}) {
+    std::vector<float> x(size_t(T * 512)), y(size_t(T * 64));
+    for (auto& v : x) v = nd(rng);
+    m3::linear_forward(m.lin, x.data(), T, y.data());
+    check(y, w, x, T, 64, 512, "linear_forward T=" + std::to_string(T));
+  }
+  std::printf("[ info ] BF16 dot products on this CPU: %s\n", m3::bf16_dot_products() ? "yes" : "no (fp32 kernels)");
+}
+
+TEST(KernelsBf16Act, OnlyMxfp8Switches) {
+  Mxfp8 m(8, 64, 120, 124, 1);
+  m3::Linear other = m.lin;
+  other.kind = m3::LinearKind::BF16;
+  EXPECT_FALSE(m3::enable_bf16_activations(other));
+  EXPECT_FALSE(other.act_bf16);
+  other.kind = m3::LinearKind::NVFP4;
+  EXPECT_FALSE(m3::enable_bf16_activations(other));
+  EXPECT_TRUE(m3::enable_bf16_activations(m.lin));
+  EXPECT_TRUE(m.lin.act_bf16);
+}
+
+}  // namespace
