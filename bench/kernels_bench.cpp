@@ -91,15 +91,18 @@ constexpr int64_t kK = 2048;
 // state.range(0): weight kind; range(1): T; range(2): 1 = cold (matrices > LLC), 0 = hot.
 constexpr int64_t kNvfp4Int8 = 100;  // range(0) value: NVFP4 with int8 activations (opt-in path)
 constexpr int64_t kMxfp8Bf16 = 101;  // range(0) value: MXFP8 with BF16 activations (opt-in path)
+constexpr int64_t kNvfp4Bf16 = 102;  // range(0) value: NVFP4 with BF16 activations (opt-in path)
 
-// A matmul benchmark's range(0): a LinearKind, kNvfp4Int8 or kMxfp8Bf16.
+// A matmul benchmark's range(0): a LinearKind, kNvfp4Int8, kMxfp8Bf16 or kNvfp4Bf16.
 struct KindArg {
   LinearKind kind;
   bool int8_act, bf16_act;
   explicit KindArg(int64_t arg)
-      : kind(arg == kNvfp4Int8 ? LinearKind::NVFP4 : arg == kMxfp8Bf16 ? LinearKind::MXFP8 : LinearKind(arg)),
+      : kind(arg == kNvfp4Int8 || arg == kNvfp4Bf16 ? LinearKind::NVFP4
+             : arg == kMxfp8Bf16                    ? LinearKind::MXFP8
+                                                    : LinearKind(arg)),
         int8_act(arg == kNvfp4Int8),
-        bf16_act(arg == kMxfp8Bf16) {}
+        bf16_act(arg == kMxfp8Bf16 || arg == kNvfp4Bf16) {}
   std::string name() const {
     return std::string(m3::linear_kind_name(kind)) + (int8_act ? " int8-act" : "") + (bf16_act ? " bf16-act" : "");
   }
@@ -134,7 +137,7 @@ void BM_linear(benchmark::State& state) {
 
 void kinds(benchmark::internal::Benchmark* b) {
   for (int64_t k : {int64_t(LinearKind::BF16), int64_t(LinearKind::MXFP8), int64_t(LinearKind::NVFP4), kNvfp4Int8,
-                    kMxfp8Bf16})
+                    kMxfp8Bf16, kNvfp4Bf16})
     for (int64_t T : {1, 8, 64, 128})
       for (int cold : {0, 1})
         if (T < 64 || !cold) b->Args({k, T, cold});  // T = 64: a prefill expert's tokens; 128: a prefill chunk (compute-bound)
@@ -169,6 +172,7 @@ BENCHMARK(BM_linear_resident)
     ->Arg(int64_t(LinearKind::NVFP4))
     ->Arg(kNvfp4Int8)
     ->Arg(kMxfp8Bf16)
+    ->Arg(kNvfp4Bf16)
     ->UseRealTime();
 
 // The matrix products of a 512-token prefill of the mid preset, as the model issues them (one

@@ -258,11 +258,12 @@ void run_roofline(const RooflineOptions& o) {
     std::printf("  NVFP4 activations: int8 (per-16 scales) in %d matrices, not bit-exact; their integer\n"
                 "  multiply-adds count as FLOPs against the fp32 FMA peak\n",
                 model.int8_activation_matrices());
-  if (o.model.mxfp8_bf16_activations)
-    std::printf("  MXFP8 activations: bf16 in %d matrices, not bit-exact, %s; their BF16 multiply-adds count as\n"
-                "  FLOPs against the fp32 FMA peak\n",
-                model.bf16_activation_matrices(),
-                bf16_dot_products() ? "BF16 dot products" : "fp32 kernels (no AVX512-BF16 on this CPU)");
+  for (const LinearKind kind : {LinearKind::MXFP8, LinearKind::NVFP4})
+    if (const int n = model.bf16_activation_matrices(kind); n > 0)
+      std::printf("  %s activations: bf16 in %d matrices, not bit-exact, %s; their BF16 multiply-adds count as\n"
+                  "  FLOPs against the fp32 FMA peak\n",
+                  linear_kind_name(kind), n,
+                  bf16_dot_products() ? "BF16 dot products" : "fp32 kernels (no AVX512-BF16 on this CPU)");
   std::printf("  weights %.1f MB, active per decoded token %.1f MB, %s\n", W.total_bytes() / 1e6,
               W.active_bytes_per_token() / 1e6,
               W.store().memory() == WeightMemory::Ram ? "read into huge-page memory (--mmap maps them instead)"

@@ -12,6 +12,7 @@ namespace m3::cli {
 ModelOptions ModelFlags::options() const {
   ModelOptions o;
   o.nvfp4_int8_activations = nvfp4_activations == "int8";
+  o.nvfp4_bf16_activations = nvfp4_activations == "bf16";
   o.mxfp8_bf16_activations = mxfp8_activations == "bf16";
   if (mmap && no_mmap) throw Error("--mmap and --no-mmap contradict each other: give at most one");
   o.weight_memory = no_mmap ? WeightMemory::Ram : mmap ? WeightMemory::Mmap : WeightMemory::Auto;
@@ -21,12 +22,15 @@ ModelOptions ModelFlags::options() const {
 void add_model_flags(CLI::App* app, ModelFlags& f) {
   app->add_option("--nvfp4-activations", f.nvfp4_activations,
                   "fp32: exact NVFP4 matmuls (default); int8: activations rounded to int8 per 16 elements for "
-                  "integer dot products (llama.cpp-style Q8; faster decode on CPUs, logits differ slightly)")
-      ->check(CLI::IsMember({"fp32", "int8"}))
+                  "integer dot products (llama.cpp-style Q8; faster decode on CPUs, logits differ slightly); bf16: "
+                  "activations rounded to BF16 for BF16 dot products (AVX512-BF16 CPUs: faster prefill and decode; "
+                  "logits differ slightly, as with a GPU's BF16 activations)")
+      ->check(CLI::IsMember({"fp32", "int8", "bf16"}))
       ->capture_default_str();
   app->add_option("--mxfp8-activations", f.mxfp8_activations,
                   "fp32: exact MXFP8 matmuls (default); bf16: activations rounded to BF16 for BF16 dot products "
-                  "(AVX512-BF16 CPUs: faster decode; logits differ slightly, as with a GPU's BF16 activations)")
+                  "(AVX512-BF16 CPUs: faster prefill and decode; logits differ slightly, as with a GPU's BF16 "
+                  "activations)")
       ->check(CLI::IsMember({"fp32", "bf16"}))
       ->capture_default_str();
   app->add_flag("--no-mmap", f.no_mmap,
@@ -48,13 +52,17 @@ std::string describe_model_flags(const ModelFlags& f, const Model& m) {
       out += "--nvfp4-activations int8: " + std::to_string(m.int8_activation_matrices()) +
              " NVFP4 matrices use int8 activations (per-16 scales; not bit-exact with the fp32 path)";
   }
-  if (f.options().mxfp8_bf16_activations) {
+  for (const LinearKind kind : {LinearKind::MXFP8, LinearKind::NVFP4}) {
+    const bool mx = kind == LinearKind::MXFP8;
+    if (!(mx ? f.options().mxfp8_bf16_activations : f.options().nvfp4_bf16_activations)) continue;
+    const std::string flag = mx ? "--mxfp8-activations bf16: " : "--nvfp4-activations bf16: ";
+    const int n = m.bf16_activation_matrices(kind);
     if (!out.empty()) out += "\n";
-    if (m.bf16_activation_matrices() == 0)
-      out += "--mxfp8-activations bf16: no effect, the checkpoint has no MXFP8 matrix";
+    if (n == 0)
+      out += flag + "no effect, the checkpoint has no " + linear_kind_name(kind) + " matrix";
     else
-      out += "--mxfp8-activations bf16: " + std::to_string(m.bf16_activation_matrices()) +
-             " MXFP8 matrices use BF16 activations (not bit-exact with the fp32 path), " +
+      out += flag + std::to_string(n) + " " + linear_kind_name(kind) +
+             " matrices use BF16 activations (not bit-exact with the fp32 path), " +
              (bf16_dot_products() ? std::string("BF16 dot products (AVX512-BF16)")
                                   : std::string("through the fp32 kernels: this CPU has no AVX512-BF16, no speed-up"));
   }

@@ -33,9 +33,10 @@ struct BatchItem {
 struct ModelOptions {
   // NVFP4 matmuls with int8 activations (faster on CPUs, not exact; see kernels/cpu/linear.h).
   bool nvfp4_int8_activations = false;
-  // MXFP8 matmuls with activations rounded to BF16 (BF16 dot products where the CPU has them; faster
-  // decode, not exact; see kernels/cpu/linear.h).
+  // MXFP8 / NVFP4 matmuls with activations rounded to BF16 (BF16 dot products where the CPU has them;
+  // faster, not exact; see kernels/cpu/linear.h). nvfp4_bf16_activations excludes nvfp4_int8_activations.
   bool mxfp8_bf16_activations = false;
+  bool nvfp4_bf16_activations = false;
   // Auto (default): read into huge-page memory when the checkpoint fits comfortably, else mapped;
   // Mmap (`--mmap`) / Ram (`--no-mmap`) force one (see formats/safetensors.h).
   WeightMemory weight_memory = WeightMemory::Auto;
@@ -47,8 +48,11 @@ class Model {
 
   // Matrices switched to int8 activations at load (0 unless ModelOptions asked and NVFP4 exists).
   int int8_activation_matrices() const { return int8_matrices_; }
-  // Matrices switched to BF16 activations at load (0 unless ModelOptions asked and MXFP8 exists).
-  int bf16_activation_matrices() const { return bf16_matrices_; }
+  // Matrices switched to BF16 activations at load, MXFP8 and NVFP4 (0 unless ModelOptions asked and
+  // the format exists).
+  int bf16_activation_matrices(LinearKind kind) const {
+    return kind == LinearKind::MXFP8 ? mxfp8_bf16_matrices_ : kind == LinearKind::NVFP4 ? nvfp4_bf16_matrices_ : 0;
+  }
   // Matrices stored in 4-row tiles for the decode step (weights read into memory; 0 when mapped).
   int tiled_matrices() const { return tiled_matrices_; }
 
@@ -84,7 +88,7 @@ class Model {
   std::vector<AttnSeq> seqs_;
   std::vector<int> tap_layers_;
   int int8_matrices_ = 0;
-  int bf16_matrices_ = 0;
+  int mxfp8_bf16_matrices_ = 0, nvfp4_bf16_matrices_ = 0;
   int tiled_matrices_ = 0;
 };
 

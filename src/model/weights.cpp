@@ -139,9 +139,9 @@ int Weights::tile_for_decode() {
   return n;
 }
 
-int Weights::enable_bf16_activations() {
+int Weights::enable_bf16_activations(LinearKind kind) {
   int n = 0;
-  for_each_linear([&](Linear& W) { n += m3::enable_bf16_activations(W) ? 1 : 0; });
+  for_each_linear([&](Linear& W) { n += W.kind == kind && m3::enable_bf16_activations(W) ? 1 : 0; });
   return n;
 }
 

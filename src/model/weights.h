@@ -60,9 +60,9 @@ class Weights {
   // Switches every NVFP4 matrix whose K is a multiple of 128 to int8 activations (the opt-in,
   // inexact fast path, see kernels/cpu/linear.h); returns how many matrices switched.
   int enable_int8_activations();
-  // Switches every MXFP8 matrix to BF16 activations (the opt-in, inexact fast path, see
-  // kernels/cpu/linear.h); returns how many matrices switched.
-  int enable_bf16_activations();
+  // Switches every matrix of `kind` (MXFP8 or NVFP4) to BF16 activations (the opt-in, inexact fast
+  // path, see kernels/cpu/linear.h); returns how many matrices switched.
+  int enable_bf16_activations(LinearKind kind);
 
   // Weights read into memory only (WeightMemory::Ram): rewrites every matrix the decode kernels can
   // read tiled into the 4-row tile layout (kernels/cpu/linear.h, tile_rows), in place; returns how

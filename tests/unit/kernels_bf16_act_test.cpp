@@ -1,6 +1,7 @@
-// The opt-in BF16 activations of MXFP8 matmuls (`--mxfp8-activations bf16`, Linear::act_bf16): on
+// The opt-in BF16 activations of MXFP8 and NVFP4 matmuls (`--mxfp8-activations bf16`,
+// `--nvfp4-activations bf16`, Linear::act_bf16): on
 // every ISA build this CPU runs, and on every path (one token, a few, the prefill panels, tiled or
-// row-major weights, partial tiles, scale codes outside the BF16 panels' range), each output equals
+// row-major weights, partial tiles, MXFP8 scale codes outside the BF16 panels' range), each output equals
 // the sum over k of the decoded weight times x[k] rounded to BF16, within fp32 summation error; and
 // it is not the exact path's result (the rounding happens).
 #include <gtest/gtest.h>
@@ -17,29 +18,36 @@
 
 namespace {
 
-struct Mxfp8 {
+struct Mat {
   std::vector<uint8_t> w, s;
   m3::Linear lin;
-  // Random E4M3 codes (subnormals and zeros included, no NaN) and scale codes in [lo, hi].
-  Mxfp8(int64_t N, int64_t K, int lo, int hi, uint32_t seed) : w(size_t(N * K)), s(size_t(N * K / 32)) {
+  // MXFP8: random E4M3 codes (subnormals and zeros included, no NaN) and E8M0 scale codes in [lo, hi].
+  // NVFP4: random E2M1 codes, E4M3 scale codes in [lo, hi] (no NaN), global divisor 37.5.
+  Mat(m3::LinearKind kind, int64_t N, int64_t K, int lo, int hi, uint32_t seed)
+      : w(size_t(kind == m3::LinearKind::NVFP4 ? N * K / 2 : N * K)),
+        s(size_t(kind == m3::LinearKind::NVFP4 ? N * K / 16 : N * K / 32)) {
     std::mt19937 rng(seed);
     for (auto& b : w) {
       b = uint8_t(rng());
-      if ((b & 0x7f) == 0x7f) b = 0x3e;
+      if (kind == m3::LinearKind::MXFP8 && (b & 0x7f) == 0x7f) b = 0x3e;
     }
     for (auto& b : s) b = uint8_t(lo + int(rng() % uint32_t(hi - lo + 1)));
-    lin.kind = m3::LinearKind::MXFP8;
+    lin.kind = kind;
     lin.N = N;
     lin.K = K;
+    if (kind == m3::LinearKind::NVFP4) lin.global_div = 37.5f;
     lin.w = w.data();
     lin.scales = s.data();
     m3::set_scale_range(lin);
   }
 };
 
+constexpr m3::LinearKind kMx = m3::LinearKind::MXFP8, kNv = m3::LinearKind::NVFP4;
+
 float bf16_round(float v) { return m3::bf16_to_float(m3::float_to_bf16(v)); }
 
 struct Case {
+  m3::LinearKind kind;
   int64_t N, K;
   int lo, hi;  // scale codes
   bool tiled;
@@ -69,12 +77,16 @@ void check(const std::vector<float>& y, const std::vector<float>& w, const std::
 
 TEST(KernelsBf16Act, EveryIsaAndPathMatchesTheRoundedReference) {
   const Case cases[] = {
-      {44, 256, 118, 130, true, 0},   // 11 tiles: pairs and a lone tile, panel-range scales
-      {46, 256, 118, 130, true, 0},   // and 2 rows past the last full tile
-      {40, 128, 118, 130, false, 0},  // row-major (mapped weights)
-      {40, 128, 10, 16, true, 0},     // the panels' lowest scale codes
-      {40, 128, 3, 9, true, 60},      // below the panels' range (they fall back)
-      {16, 64, 240, 246, true, -40},  // the highest (above them some E4M3 values overflow fp32 too)
+      {kMx, 44, 256, 118, 130, true, 0},   // 11 tiles: pairs and a lone tile, panel-range scales
+      {kMx, 46, 256, 118, 130, true, 0},   // and 2 rows past the last full tile
+      {kMx, 40, 128, 118, 130, false, 0},  // row-major (mapped weights)
+      {kMx, 40, 128, 10, 16, true, 0},     // the panels' lowest scale codes
+      {kMx, 40, 128, 3, 9, true, 60},      // below the panels' range (they fall back)
+      {kMx, 16, 64, 240, 246, true, -40},  // the highest (above them some E4M3 values overflow fp32 too)
+      {kNv, 44, 256, 0x20, 0x5f, true, 0}, // NVFP4: pairs, a lone tile
+      {kNv, 46, 128, 0x01, 0x7e, true, 0}, // every finite positive scale code (subnormal ones too), 2 rows past
+      {kNv, 40, 128, 0x81, 0xfe, true, 0}, // negative scale codes
+      {kNv, 40, 96, 0x20, 0x5f, false, 0}, // row-major
   };
   std::mt19937 rng(5);
   std::normal_distribution<float> nd(0.f, 1.f);
@@ -82,7 +94,7 @@ TEST(KernelsBf16Act, EveryIsaAndPathMatchesTheRoundedReference) {
     const m3::CpuOps* ops = m3::cpu_ops_for(isa);
     if (!ops) continue;
     for (const Case& c : cases) {
-      Mxfp8 m(c.N, c.K, c.lo, c.hi, uint32_t(c.N * 7 + c.lo));
+      Mat m(c.kind, c.N, c.K, c.lo, c.hi, uint32_t(c.N * 7 + c.lo));
       std::vector<float> w(size_t(c.N * c.K));
       m3::linear_decode_rows(m.lin, 0, c.N, w.data());
       if (c.tiled) {
@@ -94,37 +106,42 @@ TEST(KernelsBf16Act, EveryIsaAndPathMatchesTheRoundedReference) {
         for (auto& v : x) v = std::ldexp(nd(rng), c.x_exp);
         ops->linear_rows(m.lin, x.data(), T, y.data(), 0, c.N, scratch.data());
         check(y, w, x, T, c.N, c.K,
-              std::string(isa) + " N=" + std::to_string(c.N) + " K=" + std::to_string(c.K) + " codes " +
+              std::string(isa) + " " + m3::linear_kind_name(c.kind) + " N=" + std::to_string(c.N) + " K=" + std::to_string(c.K) + " codes " +
                   std::to_string(c.lo) + ".." + std::to_string(c.hi) + (c.tiled ? " tiled" : "") +
                   " T=" + std::to_string(T));
       }
     }
   }
   // The threaded entry point (the CPU's own ISA) as the model calls it.
-  Mxfp8 m(64, 512, 120, 126, 3);
-  std::vector<float> w(size_t(64 * 512));
-  m3::linear_decode_rows(m.lin, 0, 64, w.data());
-  ASSERT_TRUE(m3::tile_rows(m.lin, m.w.data()));
-  ASSERT_TRUE(m3::enable_bf16_activations(m.lin));
-  for (int64_t T : {1, 5, 100}) {
-    std::vector<float> x(size_t(T * 512)), y(size_t(T * 64));
-    for (auto& v : x) v = nd(rng);
-    m3::linear_forward(m.lin, x.data(), T, y.data());
-    check(y, w, x, T, 64, 512, "linear_forward T=" + std::to_string(T));
+  for (const m3::LinearKind kind : {kMx, kNv}) {
+    Mat m(kind, 64, 512, kind == kMx ? 120 : 0x30, kind == kMx ? 126 : 0x40, 3);
+    std::vector<float> w(size_t(64 * 512));
+    m3::linear_decode_rows(m.lin, 0, 64, w.data());
+    ASSERT_TRUE(m3::tile_rows(m.lin, m.w.data()));
+    ASSERT_TRUE(m3::enable_bf16_activations(m.lin));
+    for (int64_t T : {1, 5, 100}) {
+      std::vector<float> x(size_t(T * 512)), y(size_t(T * 64));
+      for (auto& v : x) v = nd(rng);
+      m3::linear_forward(m.lin, x.data(), T, y.data());
+      check(y, w, x, T, 64, 512, std::string("linear_forward ") + m3::linear_kind_name(kind) + " T=" + std::to_string(T));
+    }
   }
   std::printf("[ info ] BF16 dot products on this CPU: %s\n", m3::bf16_dot_products() ? "yes" : "no (fp32 kernels)");
 }
 
-TEST(KernelsBf16Act, OnlyMxfp8Switches) {
-  Mxfp8 m(8, 64, 120, 124, 1);
+TEST(KernelsBf16Act, OnlyMxfp8AndNvfp4Switch) {
+  Mat m(kMx, 8, 128, 120, 124, 1);
   m3::Linear other = m.lin;
   other.kind = m3::LinearKind::BF16;
   EXPECT_FALSE(m3::enable_bf16_activations(other));
   EXPECT_FALSE(other.act_bf16);
-  other.kind = m3::LinearKind::NVFP4;
-  EXPECT_FALSE(m3::enable_bf16_activations(other));
   EXPECT_TRUE(m3::enable_bf16_activations(m.lin));
   EXPECT_TRUE(m.lin.act_bf16);
+  Mat n(kNv, 8, 128, 0x30, 0x40, 1);
+  ASSERT_TRUE(m3::enable_int8_activations(n.lin));
+  EXPECT_FALSE(m3::enable_bf16_activations(n.lin));  // int8 already
+  Mat n2(kNv, 8, 128, 0x30, 0x40, 1);
+  EXPECT_TRUE(m3::enable_bf16_activations(n2.lin));
 }
 
 }  // namespace

@@ -278,7 +278,8 @@ bool enable_int8_activations(Linear& W) {
 }
 
 bool enable_bf16_activations(Linear& W) {
-  if (W.kind != LinearKind::MXFP8) return false;
+  if (W.kind != LinearKind::MXFP8 && W.kind != LinearKind::NVFP4) return false;
+  if (W.act_int8) return false;
   W.act_bf16 = true;
   return true;
 }

@@ -22,9 +22,9 @@ struct Linear {
   // NVFP4 only, opt-in: activations rounded to int8 per 16 elements for the integer dot products
   // (linear_nvfp4_q8.inc; faster, not exact). Requires K % 128 == 0 (see enable_int8_activations).
   bool act_int8 = false;
-  // MXFP8 only, opt-in: activations rounded to BF16 (round_to_bf16 in linear_impl.inc) before the
-  // products, which then run as BF16 dot products where the CPU has them (linear_mxfp8_bf16.inc;
-  // faster decode, not exact). Set by enable_bf16_activations.
+  // MXFP8 and NVFP4, opt-in: activations rounded to BF16 (round_to_bf16 in linear_impl.inc) before
+  // the products, which then run as BF16 dot products where the CPU has them (linear_bf16_dot.inc;
+  // faster, not exact). Set by enable_bf16_activations.
   bool act_bf16 = false;
   // MXFP8: the smallest and largest E8M0 scale code of the matrix (set_scale_range). The decode
   // step moves the block scales onto the activations when the range is narrow (kMxfp8PrescaleCodes);
@@ -93,8 +93,8 @@ void nvfp4_chunk_nibbles(const uint8_t* in, uint8_t* out, bool to_tiled);
 // Switches an NVFP4 matrix to int8 activations when its K is a multiple of 128 and it is not tiled;
 // returns whether it did (other formats and shapes keep the exact path).
 bool enable_int8_activations(Linear& W);
-// Switches an MXFP8 matrix to BF16 activations (act_bf16); returns whether it did (other formats keep
-// their path).
+// Switches an MXFP8 or NVFP4 matrix to BF16 activations (act_bf16); returns whether it did (other
+// formats, and NVFP4 matrices already on int8 activations, keep their path).
 bool enable_bf16_activations(Linear& W);
 // Whether this CPU multiplies act_bf16 matrices with BF16 dot products (AVX512-BF16 and the avx512
 // kernels chosen); elsewhere the rounded activations go through the fp32 kernels (same values, slower).
