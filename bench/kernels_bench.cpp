@@ -138,7 +138,7 @@ void BM_linear(benchmark::State& state) {
 void kinds(benchmark::internal::Benchmark* b) {
   for (int64_t k : {int64_t(LinearKind::BF16), int64_t(LinearKind::MXFP8), int64_t(LinearKind::NVFP4), kNvfp4Int8,
                     kMxfp8Bf16, kNvfp4Bf16})
-    for (int64_t T : {1, 8, 64, 128})
+    for (int64_t T : {1, 8, 16, 64, 128})
       for (int cold : {0, 1})
         if (T < 64 || !cold) b->Args({k, T, cold});  // T = 64: a prefill expert's tokens; 128: a prefill chunk (compute-bound)
 }

@@ -10,7 +10,8 @@
 # Usage: tools/perf_report.sh [m3serve] [workdir]
 #   (RUNS=3, RUNS=0 skips the roofline runs, LONG=1 adds decode after a real 16K-token prompt (LONG_VARIANTS,
 #    LONG_FLAGS: see below), SERVE=0
-#    skips bench serve, SERVE_ACT=int8 serves with --nvfp4-activations int8, SERVE_FLAGS=--mmap adds
+#    skips bench serve, SERVE_ACT=int8 serves with --nvfp4-activations int8 (bf16: BF16 activations for
+#    NVFP4 and MXFP8), SERVE_FLAGS=--mmap adds
 #    flags to serve, PORT=8011, VARIANTS="layout:act[:map[:kv]] ..." chooses the roofline variants)
 set -euo pipefail
 BIN=$(realpath "${1:-build/m3serve}")
@@ -42,16 +43,24 @@ prefill_tps() { sed -n '/^PREFILL/,$p' "$1" | awk '/-> / {print $2}'; }
 # alone was the best run again)
 stats() { sort -g | awk '{v[NR]=$1} END {m = NR % 2 ? v[(NR+1)/2] : (v[NR/2] + v[NR/2+1]) / 2; printf "%s %.3f\n", v[1], m}'; }
 
-# Variants: layout, NVFP4 activation mode (int8 = the opt-in --nvfp4-activations int8; m3-mxfp8 has no
+# Variants: layout, activation mode (int8 = the opt-in --nvfp4-activations int8; bf16 = the opt-in
+# --nvfp4-activations bf16 --mxfp8-activations bf16, BF16 activations for every quantised matrix; m3-mxfp8 has no
 # NVFP4 matrix, so only fp32 applies there), and optionally map (= --mmap: weights read from the mapped
 # checkpoint instead of huge-page memory, the default for models that fit), and optionally the K/V and
 # index-key cache dtype (bf16 by default; fp8 or nvfp4, the recipe's, e.g. "m31:fp32::nvfp4").
 VARIANTS=${VARIANTS:-"m31:fp32:map m31:fp32 m31:int8 m3-mxfp8:fp32:map m3-mxfp8:fp32"}
 [ "$RUNS" = 0 ] && VARIANTS=""
+# act_flags ACT: the activation flags of a mode into actf (bf16 covers MXFP8 and NVFP4)
+act_flags() {
+  actf=(--nvfp4-activations "$1")
+  [ "$1" = bf16 ] && actf+=(--mxfp8-activations bf16)
+  return 0
+}
 # parse VARIANT: sets layout, act, mem ("" or "ram"), flags and tag (the report file infix)
 parse() {
   IFS=: read -r layout act mem kv <<<"$1"
-  flags=(--nvfp4-activations "$act")
+  act_flags "$act"
+  flags=("${actf[@]}")
   [ "$mem" = map ] && flags+=(--mmap)
   [ -n "$kv" ] && flags+=(--kv-cache-dtype "$kv" --indexer-kv-dtype "$kv")
   tag="$layout.$act${mem:+.$mem}${kv:+.$kv}"
@@ -106,14 +115,14 @@ PY
       echo "$layout $act ${LONG_FLAGS:-}, $p prompt:"
       # shellcheck disable=SC2086
       "$BIN" generate --model "$WORK/mid-$layout" --prompt "$(cat "$WORK/$p.txt")" --max-tokens 400 --ignore-eos \
-        --kv-cache-memory 2 --nvfp4-activations "$act" ${LONG_FLAGS:-} 2>&1 >/dev/null | grep "prompt"
+        --kv-cache-memory 2 $(act_flags "$act"; echo "${actf[@]}") ${LONG_FLAGS:-} 2>&1 >/dev/null | grep "prompt"
     done
   done
 fi
 
 [ "${SERVE:-1}" = 0 ] && exit 0
 "${SERVE_ENV[@]}" "$BIN" serve "$WORK/mid-m31" --kv-cache-memory 4 --max-model-len 4096 --port "$PORT" \
-  --nvfp4-activations "${SERVE_ACT:-fp32}" ${SERVE_FLAGS:-} >"$WORK/serve.log" 2>&1 &
+  $(act_flags "${SERVE_ACT:-fp32}"; echo "${actf[@]}") ${SERVE_FLAGS:-} >"$WORK/serve.log" 2>&1 &
 SERVER=$!
 trap 'kill $SERVER 2>/dev/null || true' EXIT
 for _ in $(seq 1 120); do curl -sf "http://127.0.0.1:$PORT/v1/models" >/dev/null && break; sleep 1; done
