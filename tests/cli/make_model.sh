@@ -69,10 +69,30 @@ grep -q "NVFP4 matrices use int8 activations" "$TMP/i8.err" || fail "int8 activa
 "$BIN" generate --model "$TMP/m3-bf16.a" --prompt "hello" --max-tokens 2 --nvfp4-activations int8 \
   >/dev/null 2>"$TMP/i8b.err" || fail "int8 on a BF16 checkpoint failed"
 grep -q "no effect" "$TMP/i8b.err" || fail "int8 on a BF16 checkpoint: no notice"
+# BF16 activations (--mxfp8-activations bf16, --nvfp4-activations bf16): both reported on an M3.1
+# checkpoint (with the kernels they run on), "no effect" on a BF16 one; the logits move (not the exact
+# path); a bad value is rejected naming the flag.
+"$BIN" generate --model "$TMP/m31.a" --prompt "hello" --max-tokens 4 --temperature 0 --nvfp4-activations bf16 \
+  --mxfp8-activations bf16 >/dev/null 2>"$TMP/b16.err" || fail "generate with BF16 activations: $(cat "$TMP/b16.err")"
+grep -q "MXFP8 matrices use BF16 activations" "$TMP/b16.err" || fail "MXFP8 bf16 not reported: $(cat "$TMP/b16.err")"
+grep -q "NVFP4 matrices use BF16 activations" "$TMP/b16.err" || fail "NVFP4 bf16 not reported: $(cat "$TMP/b16.err")"
+grep -Eq "BF16 dot products|no AVX512-BF16" "$TMP/b16.err" || fail "bf16: kernels not said: $(cat "$TMP/b16.err")"
+"$BIN" generate --model "$TMP/m3-bf16.a" --prompt "hello" --max-tokens 2 --mxfp8-activations bf16 \
+  >/dev/null 2>"$TMP/b16b.err" || fail "bf16 on a BF16 checkpoint failed"
+grep -q "no effect" "$TMP/b16b.err" || fail "bf16 on a BF16 checkpoint: no notice"
+echo "1 2 3 4 5 6 7 8 9 10 11 12" >"$TMP/toks.txt"
+"$BIN" logits --model "$TMP/m31.a" --tokens "$TMP/toks.txt" --out "$TMP/l.exact" 2>/dev/null || fail "logits (exact)"
+"$BIN" logits --model "$TMP/m31.a" --tokens "$TMP/toks.txt" --out "$TMP/l.bf16" --mxfp8-activations bf16 \
+  --nvfp4-activations bf16 2>/dev/null || fail "logits with BF16 activations"
+[ "$(stat -c %s "$TMP/l.exact")" = "$(stat -c %s "$TMP/l.bf16")" ] || fail "BF16 activations: logits of another size"
+cmp -s "$TMP/l.exact" "$TMP/l.bf16" && fail "BF16 activations left the logits bit-identical"
+if "$BIN" generate --model "$TMP/m31.a" --prompt "hello" --mxfp8-activations int8 >/dev/null 2>"$TMP/b16c.err"; then
+  fail "--mxfp8-activations int8 accepted"
+fi
+grep -q "mxfp8-activations" "$TMP/b16c.err" || fail "bad --mxfp8-activations: message does not name the flag"
 # Weights read into memory (--no-mmap; the default for a checkpoint this small; matrices then in
 # 4-row tiles) or mapped (--mmap): bit-identical logits over a sharded checkpoint, each reported; the
 # two flags together are refused.
-echo "1 2 3 4 5 6 7 8 9 10 11 12" >"$TMP/toks.txt"
 "$BIN" logits --model "$TMP/m31s.a" --tokens "$TMP/toks.txt" --out "$TMP/l.mmap" --mmap 2>"$TMP/mm.err" ||
   fail "logits --mmap: $(cat "$TMP/mm.err")"
 grep -q "weights:" "$TMP/mm.err" && fail "--mmap: unexpected weights notice: $(cat "$TMP/mm.err")"

@@ -80,6 +80,21 @@ INSTANTIATE_TEST_SUITE_P(All, GoldenLogits,
 // activations are quantised on their own).
 namespace {
 
+// The logits of tokens[0, n) from one prefill (pre) and token by token through a second cache (dec),
+// [n, vocab] each.
+void prefill_and_decode(m3::Model& model, const std::vector<int32_t>& tokens, int n, std::vector<float>& pre,
+                        std::vector<float>& dec) {
+  const int64_t V = model.config().vocab;
+  pre.assign(size_t(n * V), 0.f);
+  dec.assign(size_t(n * V), 0.f);
+  m3::SeqCache c1 = model.new_cache(n), c2 = model.new_cache(n);
+  m3::ForwardOptions fo;
+  fo.all_logits = true;
+  model.forward(tokens.data(), n, c1, pre.data(), fo);
+  fo.all_logits = false;
+  for (int t = 0; t < n; ++t) model.forward(&tokens[t], 1, c2, dec.data() + int64_t(t) * V, fo);
+}
+
 TEST(GoldenLogitsInt8Act, M31CloseToReferenceAndBatchInvariant) {
   const std::string data = std::string(M3_TEST_DATA) + "/golden/m31-tiny";
   m3::ModelOptions mo;
@@ -91,13 +106,8 @@ TEST(GoldenLogitsInt8Act, M31CloseToReferenceAndBatchInvariant) {
   const auto ref = m3test::read_f32(data + "/logits/numpy.16.f32");
   const auto margins = m3test::read_margins(data + "/logits/margins.16.tsv");
   const int64_t V = model.config().vocab;
-  std::vector<float> pre(ref.size()), dec(ref.size());
-  m3::SeqCache c1 = model.new_cache(n), c2 = model.new_cache(n);
-  m3::ForwardOptions fo;
-  fo.all_logits = true;
-  model.forward(tokens.data(), n, c1, pre.data(), fo);
-  fo.all_logits = false;
-  for (int t = 0; t < n; ++t) model.forward(&tokens[t], 1, c2, dec.data() + int64_t(t) * V, fo);
+  std::vector<float> pre, dec;
+  prefill_and_decode(model, tokens, n, pre, dec);
   for (size_t i = 0; i < pre.size(); ++i) ASSERT_EQ(pre[i], dec[i]) << "prefill and decode differ at " << i;
   int first_tie = n;
   for (int t = 0; t < n; ++t)
@@ -157,13 +167,8 @@ TEST_P(GoldenLogitsBf16Act, M31CloseToReferenceInPrefillAndDecode) {
   const auto tokens = m3test::read_tokens(data + "/tokens_16.txt");
   const auto ref = m3test::read_f32(data + "/logits/numpy.16.f32");
   const int64_t V = model.config().vocab;
-  std::vector<float> pre(ref.size()), dec(ref.size());
-  m3::SeqCache c1 = model.new_cache(n), c2 = model.new_cache(n);
-  m3::ForwardOptions fo;
-  fo.all_logits = true;
-  model.forward(tokens.data(), n, c1, pre.data(), fo);
-  fo.all_logits = false;
-  for (int t = 0; t < n; ++t) model.forward(&tokens[t], 1, c2, dec.data() + int64_t(t) * V, fo);
+  std::vector<float> pre, dec;
+  prefill_and_decode(model, tokens, n, pre, dec);
   const std::string what = std::string(bc.mxfp8 ? "MXFP8" : "") + (bc.mxfp8 && bc.nvfp4 ? " + " : "") + (bc.nvfp4 ? "NVFP4" : "");
   for (const auto* run : {&pre, &dec}) {
     const std::string name = what + (run == &pre ? ", prefill" : ", decode");
