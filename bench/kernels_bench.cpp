@@ -179,7 +179,8 @@ BENCHMARK(BM_linear_resident)
 // linear_forward_many per group, weights tiled as read into memory): range(0) = 0: the attention's
 // q projection (MXFP8 2048 x 2048, 512 tokens); 1: the routed experts' gate and up products (32
 // experts x 2 NVFP4 matrices of 512 x 2048, 64 tokens each: 512 tokens x top-4 spread evenly); 2:
-// their down products (32 NVFP4 matrices of 2048 x 512, 64 tokens each).
+// their down products (32 NVFP4 matrices of 2048 x 512, 64 tokens each). range(1) = 1: with BF16
+// activations (--mxfp8-activations bf16 / --nvfp4-activations bf16).
 void BM_prefill_products(benchmark::State& state) {
   // The products of a 512-token mid prefill as the model issues them: one linear_forward_many call
   // over matrices of the given row counts, all reading the same T tokens' activations (K wide).
@@ -203,7 +204,7 @@ void BM_prefill_products(benchmark::State& state) {
   mats.reserve(c.rows.size());
   for (size_t i = 0; i < c.rows.size(); ++i) {
     mats.emplace_back(c.kind, c.rows[i], K, uint32_t(100 + i));
-    mats.back().hold_as_engine(false);
+    mats.back().hold_as_engine(false, state.range(1) != 0);
   }
   const std::vector<float> x = normal_x(T * K);
   std::vector<std::vector<float>> y;
@@ -220,9 +221,9 @@ void BM_prefill_products(benchmark::State& state) {
   }
   state.counters["GFLOP/s"] =
       benchmark::Counter(flops * double(state.iterations()), benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
-  state.SetLabel(std::string(c.label) + " isa=" + m3::cpu_ops().name);
+  state.SetLabel(std::string(c.label) + (state.range(1) ? " bf16-act" : "") + " isa=" + m3::cpu_ops().name);
 }
-BENCHMARK(BM_prefill_products)->DenseRange(0, 5)->UseRealTime();
+BENCHMARK(BM_prefill_products)->ArgsProduct({benchmark::CreateDenseRange(0, 5, 1), {0, 1}})->UseRealTime();
 
 // The mid preset's lm_head: one BF16 matrix of 32768 x 2048 (134 MB, larger than the last-level
 // cache), one token: the largest single read of a decode step. range(0): 0 = row-major bytes, 1 =
