@@ -129,6 +129,30 @@ TEST(KernelsBf16Act, EveryIsaAndPathMatchesTheRoundedReference) {
   std::printf("[ info ] BF16 dot products on this CPU: %s\n", m3::bf16_dot_products() ? "yes" : "no (fp32 kernels)");
 }
 
+// A NaN weight code (E4M3 0x7f / 0xff) makes its row's outputs NaN in the BF16 dot-product kernels,
+// one step and panels (which fold block scales into BF16 exponents and must leave NaN words alone), as
+// in the generic build's decode; the other rows stay finite. (The exact AVX2 and AVX-512 MXFP8 kernels,
+// which the rounded activations take on other CPUs, place E4M3 bits in fp32 fields and read a NaN
+// code as a finite value; quantisers do not emit NaN codes.)
+TEST(KernelsBf16Act, NanCodesStayNan) {
+  for (const char* isa : {"generic", "avx512"}) {
+    const m3::CpuOps* ops = m3::cpu_ops_for(isa);
+    if (!ops || (std::string(isa) == "avx512" && !m3::bf16_dot_products())) continue;
+    Mat m(kMx, 16, 128, 118, 124, 11);
+    m.w[size_t(5 * 128 + 40)] = 0x7f;  // row 5
+    m.w[size_t(9 * 128 + 3)] = 0xff;   // row 9
+    ASSERT_TRUE(m3::tile_rows(m.lin, m.w.data()));
+    ASSERT_TRUE(m3::enable_bf16_activations(m.lin));
+    for (int64_t T : {1, 70}) {
+      std::vector<float> x(size_t(T * 128), 0.5f), y(size_t(T * 16)), scratch(size_t(m3::kLinearTileRows * 128));
+      ops->linear_rows(m.lin, x.data(), T, y.data(), 0, 16, scratch.data());
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t r = 0; r < 16; ++r)
+          EXPECT_EQ(std::isnan(y[size_t(t * 16 + r)]), r == 5 || r == 9) << isa << " T=" << T << " row " << r;
+    }
+  }
+}
+
 TEST(KernelsBf16Act, OnlyMxfp8AndNvfp4Switch) {
   Mat m(kMx, 8, 128, 120, 124, 1);
   m3::Linear other = m.lin;
