@@ -63,8 +63,11 @@ std::string describe_model_flags(const ModelFlags& f, const Model& m) {
     else
       out += flag + std::to_string(n) + " " + linear_kind_name(kind) +
              " matrices use BF16 activations (not bit-exact with the fp32 path), " +
-             (bf16_dot_products() ? std::string("BF16 dot products (AVX512-BF16)")
-                                  : std::string("through the fp32 kernels: this CPU has no AVX512-BF16, no speed-up"));
+             (!bf16_dot_products() ? std::string("through the fp32 kernels: this CPU has no AVX512-BF16, no speed-up")
+              : m.tiled_matrices() == 0
+                  ? std::string("through the fp32 kernels: the BF16 dot-product kernels read weights read into "
+                                "memory (4-row tiles), not mapped ones (--no-mmap)")
+                  : std::string("BF16 dot products (AVX512-BF16)"));
   }
   const TensorStore& st = m.weights().store();
   std::string where;

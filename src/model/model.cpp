@@ -14,10 +14,10 @@
 namespace m3 {
 
 Model::Model(const std::string& dir, const ModelOptions& opt) : cfg_(ModelConfig::from_dir(dir)) {
-  weights_ = std::make_unique<Weights>(cfg_, opt.weight_memory);
-  if (opt.nvfp4_int8_activations) int8_matrices_ = weights_->enable_int8_activations();
   if (opt.nvfp4_int8_activations && opt.nvfp4_bf16_activations)
     throw Error("NVFP4 activations: int8 and bf16 exclude each other (--nvfp4-activations takes one)");
+  weights_ = std::make_unique<Weights>(cfg_, opt.weight_memory);
+  if (opt.nvfp4_int8_activations) int8_matrices_ = weights_->enable_int8_activations();
   if (opt.mxfp8_bf16_activations) mxfp8_bf16_matrices_ = weights_->enable_bf16_activations(LinearKind::MXFP8);
   if (opt.nvfp4_bf16_activations) nvfp4_bf16_matrices_ = weights_->enable_bf16_activations(LinearKind::NVFP4);
   tiled_matrices_ = weights_->tile_for_decode();
