@@ -87,6 +87,8 @@ TEST(KernelsBf16Act, EveryIsaAndPathMatchesTheRoundedReference) {
       {kNv, 46, 128, 0x01, 0x7e, true, 0}, // every finite positive scale code (subnormal ones too), 2 rows past
       {kNv, 40, 128, 0x81, 0xfe, true, 0}, // negative scale codes
       {kNv, 40, 96, 0x20, 0x5f, false, 0}, // row-major
+      {kNv, 20, 96, 0x20, 0x5f, true, 0},  // three chunks per row, five tiles
+      {kMx, 20, 96, 118, 130, true, 0},    // three blocks per row
   };
   std::mt19937 rng(5);
   std::normal_distribution<float> nd(0.f, 1.f);
