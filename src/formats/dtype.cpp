@@ -1,5 +1,8 @@
-// Names and sizes of the safetensors dtypes.
+// Names and sizes of the safetensors dtypes; the E4M3 NaN scan the loader runs over FP8 tensors.
 #include "formats/dtype.h"
+
+#include <algorithm>
+#include <cstring>
 
 namespace m3 {
 
@@ -37,6 +40,38 @@ size_t dtype_size(DType t) {
   for (const auto& d : kDTypes)
     if (d.type == t) return d.size;
   return 0;
+}
+
+namespace {
+// First NaN code in p[0, n), or n. Eight bytes at a time (hand-written SWAR: the loader scans every
+// MXFP8 weight byte, gigabytes for a full checkpoint, and the plain byte loop ran at about 1 GB/s):
+// a byte b is a NaN code iff (b | 0x80) == 0xFF, i.e. iff ~(b | 0x80) is zero.
+size_t first_nan_serial(const uint8_t* p, size_t n) {
+  constexpr uint64_t kLo = 0x0101010101010101ull, kHi = 0x8080808080808080ull;
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    uint64_t v;
+    std::memcpy(&v, p + i, 8);
+    const uint64_t y = ~(v | kHi);  // zero bytes mark NaN codes
+    if ((y - kLo) & ~y & kHi) break;  // some byte of y is zero (exact: no false positives overall)
+  }
+  for (; i < n; ++i)
+    if ((p[i] | 0x80) == 0xff) return i;
+  return n;
+}
+}  // namespace
+
+size_t find_e4m3_nan(const uint8_t* p, size_t n) {
+  constexpr size_t kChunk = size_t(1) << 20;
+  const int64_t chunks = int64_t((n + kChunk - 1) / kChunk);
+  size_t first = n;
+#pragma omp parallel for schedule(dynamic) reduction(min : first) if (chunks > 1)
+  for (int64_t c = 0; c < chunks; ++c) {
+    const size_t lo = size_t(c) * kChunk, len = std::min(kChunk, n - lo);
+    const size_t i = first_nan_serial(p + lo, len);
+    if (i < len) first = std::min(first, lo + i);
+  }
+  return first;
 }
 
 }  // namespace m3

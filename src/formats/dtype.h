@@ -65,6 +65,11 @@ inline float e4m3_to_float(uint8_t b) {
   return (b & 0x80u) ? -v : v;
 }
 
+// Index of the first E4M3 NaN code (S.1111.111: 0x7F or 0xFF) in p[0, n), or n when there is none.
+// The loader rejects such codes in weights and scales: quantisers never emit them, and the fast
+// MXFP8 kernels place E4M3 bits in fp32 fields, where 0x7F would read as a finite 480.
+size_t find_e4m3_nan(const uint8_t* p, size_t n);
+
 // UE8M0: 2^(e-127); 0xFF is NaN.
 inline float e8m0_to_float(uint8_t e) {
   if (e == 0xff) return NAN;

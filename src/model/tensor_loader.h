@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "formats/dtype.h"
 #include "formats/error.h"
 #include "formats/safetensors.h"
 #include "kernels/cpu/linear.h"
@@ -90,8 +91,8 @@ class TensorLoader {
       std::memcpy(&gv, g.data, 4);
       if (!std::isfinite(gv) || gv <= 0)
         throw Error(where(g) + ": value " + std::to_string(gv) + ", expected a positive finite divisor");
-      for (size_t i = 0; i < s.nbytes; ++i)
-        if ((s.data[i] & 0x7f) == 0x7f) throw Error(where(s) + ": NaN E4M3 scale byte at index " + std::to_string(i));
+      if (const size_t i = find_e4m3_nan(s.data, s.nbytes); i < s.nbytes)
+        throw Error(where(s) + ": NaN E4M3 scale byte at index " + std::to_string(i));
       L.kind = LinearKind::NVFP4;
       L.w = p.data;
       L.scales = s.data;
@@ -111,6 +112,12 @@ class TensorLoader {
       expect_shape(s, {N, K / 32});
       for (size_t i = 0; i < s.nbytes; ++i)
         if (s.data[i] == 0xff) throw Error(where(s) + ": E8M0 scale byte 0xFF (NaN) at index " + std::to_string(i));
+      // Every element byte is read once here (in memory or through the mapping): the fast kernels
+      // would read a NaN code as a finite value, and a NaN weight poisons every logit anyway.
+      if (const size_t i = find_e4m3_nan(w.data, w.nbytes); i < w.nbytes)
+        throw Error(where(w) + ": NaN E4M3 element byte 0x" + (w.data[i] & 0x80 ? std::string("FF") : std::string("7F")) +
+                    " at row " + std::to_string(int64_t(i) / K) + ", column " + std::to_string(int64_t(i) % K) +
+                    " (MXFP8 weights hold finite values; quantisers do not emit NaN)");
       L.kind = LinearKind::MXFP8;
       L.w = w.data;
       L.scales = s.data;

@@ -144,6 +144,24 @@ TEST(LoaderModel, NanScaleByteRejected) {
   EXPECT_NE(msg.find("NaN"), std::string::npos) << msg;
 }
 
+// An E4M3 NaN code among an MXFP8 weight's elements: refused at load, naming the tensor and where the
+// code is (the fast kernels would read it as a finite 480 times the block scale).
+TEST(LoaderModel, NanElementByteRejected) {
+  const auto d = fresh_copy("nan_element");
+  const std::string name = "language_model.model.layers.0.self_attn.k_proj.weight";
+  int64_t cols = 0;
+  rewrite_shard_of(d, name, [&](auto& t) {
+    for (auto& x : t)
+      if (x.spec.name == name) {
+        cols = x.spec.shape[1];
+        x.bytes[size_t(cols) + 5] = 0x7f;  // row 1, column 5
+      }
+  });
+  ASSERT_GT(cols, 0);
+  const auto msg = load_error(d);
+  EXPECT_NE(msg.find(name + ": NaN E4M3 element byte 0x7F at row 1, column 5"), std::string::npos) << msg;
+}
+
 TEST(LoaderModel, TruncatedShard) {
   const auto d = fresh_copy("truncated");
   const std::string shard = d + "/model-00002-of-00002.safetensors";
