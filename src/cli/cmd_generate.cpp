@@ -41,7 +41,9 @@ void run_single(Opts& o) {
   o.sp.max_tokens = o.max_tokens;
   o.sp.ignore_eos = o.ignore_eos_flag;
   o.sp.validate();
-  EngineConfig ec = o.engine.resolve();
+  std::vector<std::string> ignored;
+  EngineConfig ec = o.engine.resolve(&ignored);
+  print_not_applicable(ignored);
   Model model(o.model, o.engine.model.options());
   if (const std::string d = describe_model_flags(o.engine.model, model); !d.empty())
     std::fprintf(stderr, "[m3serve] %s\n", d.c_str());
@@ -97,7 +99,9 @@ void run_single(Opts& o) {
 
 void run_batch(Opts& o) {
   if (o.output.empty()) throw Error("--input needs --output FILE.jsonl");
-  EngineConfig ec = o.engine.resolve();
+  std::vector<std::string> ignored;
+  EngineConfig ec = o.engine.resolve(&ignored);
+  print_not_applicable(ignored);
   Model model(o.model, o.engine.model.options());
   if (const std::string d = describe_model_flags(o.engine.model, model); !d.empty())
     std::fprintf(stderr, "[m3serve] %s\n", d.c_str());

@@ -40,7 +40,8 @@ struct ServeOpts {
   EngineFlags engine;
   // Accepted, not applicable on this build (GPU, multi-node, disaggregation).
   std::string compilation_config, quant_moe, kv_transfer_config, limit_mm, moe_backend,
-      kernel_config, kv_events_config, load_format, dp_address, numa_bind_nodes;
+      kernel_config, kv_events_config, load_format, dp_address;
+  std::vector<int> numa_bind_nodes;  // vLLM: one NUMA node per rank
   int tp = 1, dp = 1, dp_local = 0, dp_start_rank = 0, dp_rpc_port = 0, max_cudagraph = 0;
   int64_t dbo_prefill = 0, dbo_decode = 0;
   double gpu_mem = 0;
@@ -134,12 +135,8 @@ void run_serve(ServeOpts& o, CLI::App* sub) {
     note(f);
   if (o.tp > 1) na.push_back("--tensor-parallel-size " + std::to_string(o.tp));
   if (o.dp > 1) na.push_back("--data-parallel-size " + std::to_string(o.dp));
-  if (!na.empty()) {
-    std::string s;
-    for (auto& f : na) s += (s.empty() ? "" : ", ") + f;
-    std::fprintf(stderr, "[m3serve] not applicable on this build (CPU engine, one process; accepted and ignored): %s\n",
-                 s.c_str());
-  }
+  const EngineConfig ec = o.engine.resolve(&na);
+  print_not_applicable(na);
   if (o.enable_auto_tool_choice && o.tool_call_parser.empty())
     throw Error("--enable-auto-tool-choice needs --tool-call-parser");
   if (o.stream_interval < 1) throw Error("--stream-interval must be at least 1");
@@ -151,7 +148,6 @@ void run_serve(ServeOpts& o, CLI::App* sub) {
   if (!o.tool_call_parser.empty()) ctx.tool = chat::tool_format_from_name(o.tool_call_parser);
   ctx.enable_auto_tool_choice = o.enable_auto_tool_choice;
 
-  const EngineConfig ec = o.engine.resolve();
   Model model(dir, o.engine.model.options());
   if (const std::string d = describe_model_flags(o.engine.model, model); !d.empty())
     std::fprintf(stderr, "[m3serve] %s\n", d.c_str());
@@ -198,7 +194,8 @@ void register_serve(CLI::App& app) {
   sub->add_option("--port", o->port, "Port (default 8000; 0 = any free port, printed at start)")
       ->check(CLI::Range(0, 65535));
   sub->add_option("--api-key", o->api_key, "Require `Authorization: Bearer KEY` on /v1 (also $VLLM_API_KEY)");
-  sub->add_option("--served-model-name", o->served_names, "Model name(s) in the API (default: the MODEL path)");
+  sub->add_option("--served-model-name", o->served_names, "Model name(s) in the API (default: the MODEL path)")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   sub->add_option("--chat-template", o->chat_template, "Chat template file (or inline template)");
   sub->add_option("--stream-interval", o->stream_interval, "Stream every N tokens (first and last at once)");
   sub->add_option("--reasoning-parser", o->reasoning_parser, "minimax_m3, minimax_m2, minimax_m2_append_think");
@@ -230,7 +227,8 @@ void register_serve(CLI::App& app) {
   sub->add_flag("--disable-hybrid-kv-cache-manager", o->disable_hybrid, "Not applicable (one KV cache group here)");
   sub->add_option("--gpu-memory-utilization", o->gpu_mem, "Not applicable (use --kv-cache-memory)");
   sub->add_flag("--numa-bind", o->numa_bind, "Not applicable");
-  sub->add_option("--numa-bind-nodes", o->numa_bind_nodes, "Not applicable");
+  sub->add_option("--numa-bind-nodes", o->numa_bind_nodes, "Not applicable")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   sub->add_flag("--enforce-eager", o->enforce_eager, "Not applicable");
   sub->add_flag("--kv-cache-metrics", o->kv_cache_metrics, "Not applicable");
   sub->add_option("--limit-mm-per-prompt", o->limit_mm, "Accepted: this build takes text input only");

@@ -1,6 +1,8 @@
 // Engine flag registration and resolution (see engine_flags.h).
 #include "cli/engine_flags.h"
 
+#include <cstdio>
+
 #include <nlohmann/json.hpp>
 
 #include "formats/error.h"
@@ -27,7 +29,7 @@ void add_engine_flags(CLI::App* app, EngineFlags& f) {
   add_model_flags(app, f.model);
 }
 
-EngineConfig EngineFlags::resolve() const {
+EngineConfig EngineFlags::resolve(std::vector<std::string>* ignored) const {
   EngineConfig c = cfg;
   if (prefix_caching && no_prefix_caching)
     throw Error("--enable-prefix-caching and --no-enable-prefix-caching contradict each other");
@@ -44,15 +46,34 @@ EngineConfig EngineFlags::resolve() const {
       if (it.key() == "indexer_kv_dtype") {
         if (!it.value().is_string()) throw Error("--attention-config: indexer_kv_dtype must be a string");
         c.indexer_kv_dtype = it.value().get<std::string>();
-      } else if (it.key() == "indexer_decode_cp" || it.key() == "backend") {
-        // GPU-side options: no effect on the CPU engine (reported by serve at start).
+      } else if (it.key() == "indexer_decode_cp" || it.key() == "use_prefill_query_quantization") {
+        // GPU kernel options of the vLLM recipe (the indexer's decode scoring split over tensor-parallel
+        // ranks; FP8 index queries in prefill for the Q8KV4 kernels): accepted, no effect here (the CPU
+        // engine scores with fp32 index queries), reported by serve at start.
+        if (!it.value().is_boolean())
+          throw Error("--attention-config: " + it.key() + " must be true or false, got " + it.value().dump());
+        if (ignored) ignored->push_back("--attention-config " + it.key());
+      } else if (it.key() == "backend") {
+        if (!it.value().is_string() && !it.value().is_null())
+          throw Error("--attention-config: backend must be a string, got " + it.value().dump());
+        if (ignored) ignored->push_back("--attention-config backend");
       } else {
-        throw Error("--attention-config: unknown key \"" + it.key() + "\" (known: indexer_kv_dtype)");
+        throw Error("--attention-config: unknown key \"" + it.key() +
+                    "\" (known: indexer_kv_dtype; accepted without effect: indexer_decode_cp, "
+                    "use_prefill_query_quantization, backend)");
       }
     }
   }
   c.spec = SpeculativeConfig::parse(speculative_config);
   return c;
+}
+
+void print_not_applicable(const std::vector<std::string>& flags) {
+  if (flags.empty()) return;
+  std::string s;
+  for (const auto& f : flags) s += (s.empty() ? "" : ", ") + f;
+  std::fprintf(stderr, "[m3serve] not applicable on this build (CPU engine, one process; accepted and ignored): %s\n",
+               s.c_str());
 }
 
 }  // namespace m3::cli

@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "cli/model_flags.h"
 #include "engine/engine.h"
@@ -16,10 +17,14 @@ struct EngineFlags {
   bool no_prefix_caching = false;
   bool prefix_caching = false;
   ModelFlags model;  // load-time model flags (registered with the engine flags)
-  // Applies the parsed flags to cfg (call after parsing). Throws m3::Error on bad values.
-  EngineConfig resolve() const;
+  // Applies the parsed flags to cfg (call after parsing). Throws m3::Error on bad values. `ignored`,
+  // when given, receives the --attention-config keys accepted without effect here (GPU kernel options).
+  EngineConfig resolve(std::vector<std::string>* ignored = nullptr) const;
 };
 
 void add_engine_flags(CLI::App* app, EngineFlags& f);
+
+// Prints, when there are any, the flags accepted without effect on this build (one stderr line).
+void print_not_applicable(const std::vector<std::string>& flags);
 
 }  // namespace m3::cli

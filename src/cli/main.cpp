@@ -26,6 +26,9 @@ int main(int argc, char** argv) {
   }
   CLI::App app{"m3serve: inference engine and OpenAI-compatible server for MiniMax-M3 / M3.1"};
   app.require_subcommand(1);
+  // As vLLM's argparse: an option given twice takes its last value (recipes append per-hardware
+  // arguments to a base command). List options (--served-model-name, --numa-bind-nodes) keep all.
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   m3::cli::register_generate(app);
   m3::cli::register_logits(app);
   m3::cli::register_tokenize(app);
