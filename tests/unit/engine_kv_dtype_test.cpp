@@ -187,7 +187,7 @@ std::vector<uint8_t> encoded_rows(m3::KVDtype dt, int D, int64_t n, std::mt19937
 
 // The index scan over FP8 / NVFP4 index keys read in place (the recipe's indexer_kv_dtype) equals the
 // scan over the rows decode_kv_rows writes, bit for bit, in every ISA, for head counts on and off
-// the 4-head tile and key counts with tails.
+// the 4-head tile and key counts with tails (13: a tile of eight keys, one of four, one key alone).
 TEST(EngineKvDecode, QuantisedIndexScanEqualsDecodedScan) {
   std::mt19937 rng(23);
   std::normal_distribution<float> nd(0.f, 2.f);
@@ -198,7 +198,7 @@ TEST(EngineKvDecode, QuantisedIndexScanEqualsDecodedScan) {
     for (const auto& k : kRowKinds)
       for (int D : {128, 64, 48})
         for (int H : {4, 8, 3})
-          for (int64_t n : {1, 2, 7, 128}) {
+          for (int64_t n : {1, 2, 7, 13, 128}) {
             if (k.dt == m3::KVDtype::BF16) continue;  // BF16 keys are scanned in place by max_dots_bf16
             const size_t rb = m3::kv_row_bytes(k.dt, D);
             const std::vector<uint8_t> rows = encoded_rows(k.dt, D, n, rng, 2.f, 1);
@@ -270,7 +270,7 @@ TEST(EngineKvDecode, QuantisedBlockAttentionEqualsDecodedRows) {
     for (const auto& k : kRowKinds)
       for (int D : {128, 64, 48})
         for (int H : {4, 8, 3, 1})
-          for (int64_t n : {1, 2, 7, 128}) {
+          for (int64_t n : {1, 2, 7, 13, 128}) {
             if (k.dt == m3::KVDtype::BF16) continue;  // BF16 rows are read in place by attn_block_bf16
             const size_t rb = m3::kv_row_bytes(k.dt, D);
             const int64_t N = 2 * n, qs = D + 3;
