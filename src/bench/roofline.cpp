@@ -408,7 +408,8 @@ void run_roofline(const RooflineOptions& o) {
         t_idx = best_time(o.repeats, [&] {
           float sink = 0;
           // As attention_batch: tiles of 4 tokens, each scanning together the blocks they all see whole.
-#pragma omp parallel for schedule(dynamic, 1) reduction(+ : sink)
+          const int64_t chunk_items = index_scan_chunk(tiles * nblk);
+#pragma omp parallel for schedule(dynamic, chunk_items) reduction(+ : sink)
           for (int64_t w = 0; w < tiles * nblk; ++w) {
             const int64_t t0 = w / nblk * 4, b = w % nblk, lo = b * chunk;
             thread_local std::vector<float> ibuf;

@@ -253,10 +253,11 @@ void attention_batch(const ModelConfig& cfg, int layer, const AttnSeq* seqs, int
   tile_start.push_back(int64_t(scan_rows.size()));
   const int64_t scan_work = tile_first.back();
 
+  const int64_t scan_chunk = index_scan_chunk(scan_work);
 #pragma omp parallel if (work > 1 || scan_work > 1)
   {
     thread_local Scratch s;
-#pragma omp for schedule(dynamic, 1)
+#pragma omp for schedule(dynamic, scan_chunk)
     for (int64_t w = 0; w < scan_work; ++w) {
       const size_t ti = size_t(std::upper_bound(tile_first.begin(), tile_first.end(), w) - tile_first.begin()) - 1;
       const int64_t c = w - tile_first[ti];
@@ -320,6 +321,10 @@ void attention_batch(const ModelConfig& cfg, int layer, const AttnSeq* seqs, int
       }
     }
   }
+}
+
+int64_t index_scan_chunk(int64_t items) {
+  return std::clamp<int64_t>(items / (4 * int64_t(omp_get_max_threads())), 1, 8);
 }
 
 void index_scan_block(const KVView& kv, int layer, int64_t lo, int64_t n, const float* iq, int ID, int G,
