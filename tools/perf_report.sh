@@ -3,7 +3,7 @@
 # MXFP8 + NVFP4, m3-mxfp8) if missing, runs `bench roofline` at context 512 and 16384 RUNS times each
 # (m31 with exact and with int8 NVFP4 activations; interleaved, so machine noise hits all alike) and
 # prints best and median decode times (steady: steps in a row; cold: one step from flushed caches),
-# the 16K/512 ratios and the prefill rate; then serves the m31 model
+# the 16K/512 ratios (also measured pairwise: each 16K run followed by one at 512) and the prefill rate; then serves the m31 model
 # and runs `bench serve` (random 1024 in / 128 out) at concurrency 1, 8 and 32 (roofline with
 # OMP_WAIT_POLICY=active unless set; the server with m3serve's default wait policy unless
 # SERVE_WAIT_POLICY is set). Not part of `make test` (about 20 minutes on 2 cores).
@@ -38,6 +38,9 @@ steady_ms() { awk '/^steady decode/ {for (i = 1; i < NF; ++i) if ($(i + 1) == "m
 # paired_pct FILE: the steady decode's weight read rate over a read probe taken just before each run,
 # median over the runs, %
 paired_pct() { sed -n 's/.*paired with a read probe.*(median \([0-9]*\)%).*/\1/p' "$1"; }
+# pair_ratio FILE: the 16K run's median ratio of its steady rate over the rate at 512 tokens measured
+# right after each run (--compare-context 512: the ratio within seconds, not across minutes)
+pair_ratio() { sed -n 's/.*per pair .*(median \([0-9.]*\)).*/\1/p' "$1"; }
 prefill_tps() { sed -n '/^PREFILL/,$p' "$1" | awk '/-> / {print $2}'; }
 # best median (an even count's median is the mean of the two middle values: with RUNS=2 the lower one
 # alone was the best run again)
@@ -70,7 +73,7 @@ for i in $(seq 1 "$RUNS"); do
     parse "$v"
     "$BIN" bench roofline --model "$WORK/mid-$layout" --context 512 --repeats 5 "${flags[@]}" \
       >"$WORK/roof.$tag.512.$i.txt"
-    "$BIN" bench roofline --model "$WORK/mid-$layout" --context 16384 --prefill 16 --repeats 5 \
+    "$BIN" bench roofline --model "$WORK/mid-$layout" --context 16384 --compare-context 512 --prefill 16 --repeats 5 \
       "${flags[@]}" >"$WORK/roof.$tag.16k.$i.txt"
   done
 done
@@ -78,8 +81,8 @@ done
 # Two decode figures per context: the steady step (32 steps in a row, as generate and serve decode)
 # and the cold whole step (each from flushed caches, the roofline's per-class baseline).
 for kind in steady cold; do
-  printf "\n%-22s %-26s %-26s %-22s %-24s %s\n" "variant ($kind)" "decode 512 ms best/median" "decode 16K ms best/median" \
-    "16K/512 best/median" "prefill 512 tok/s best" "512 % of paired probe"
+  printf "\n%-22s %-26s %-26s %-22s %-24s %-22s %s\n" "variant ($kind)" "decode 512 ms best/median" "decode 16K ms best/median" \
+    "16K/512 best/median" "prefill 512 tok/s best" "512 % of paired probe" "16K/512 paired runs"
   get=decode_ms
   [ "$kind" = steady ] && get=steady_ms
   for v in $VARIANTS; do
@@ -88,9 +91,11 @@ for kind in steady cold; do
     read -r b16 m16 < <(for f in "$WORK"/roof.$tag.16k.*.txt; do $get "$f"; done | stats)
     pf=$(for f in "$WORK"/roof.$tag.512.*.txt; do prefill_tps "$f"; done | sort -gr | head -1)
     pp=-
-    [ "$kind" = steady ] && pp=$(for f in "$WORK"/roof.$tag.512.*.txt; do paired_pct "$f"; done | xargs echo)
-    printf "%-22s %-26s %-26s %-22s %-24s %s\n" "$layout $act $mem $kv" "$b512 / $m512" "$b16 / $m16" \
-      "$(awk -v a="$b512" -v b="$b16" -v c="$m512" -v d="$m16" 'BEGIN {printf "%.2f / %.2f", a/b, c/d}')" "$pf" "$pp"
+    pr=-
+    [ "$kind" = steady ] && pp=$(for f in "$WORK"/roof.$tag.512.*.txt; do paired_pct "$f"; done | xargs echo) &&
+      pr=$(for f in "$WORK"/roof.$tag.16k.*.txt; do pair_ratio "$f"; done | xargs echo)
+    printf "%-22s %-26s %-26s %-22s %-24s %-22s %s\n" "$layout $act $mem $kv" "$b512 / $m512" "$b16 / $m16" \
+      "$(awk -v a="$b512" -v b="$b16" -v c="$m512" -v d="$m16" 'BEGIN {printf "%.2f / %.2f", a/b, c/d}')" "$pf" "$pp" "$pr"
   done
 done
 echo "full reports: $WORK/roof.*.txt"

@@ -241,6 +241,7 @@ MachineLimits measure_limits(double probe_mib, int threads) {
 void run_roofline(const RooflineOptions& o) {
   if (o.threads > 0) omp_set_num_threads(o.threads);
   if (o.context < 1 || o.prefill < 1) throw Error("--context and --prefill must be at least 1");
+  if (o.compare_context < 0) throw Error("--compare-context must be at least 1 (0: off)");
   const KVDtype kvd = parse_kv_dtype(o.kv_cache_dtype, "--kv-cache-dtype");
   const KVDtype ikd = parse_kv_dtype(o.indexer_kv_dtype, "--indexer-kv-dtype");
   const MachineLimits lim = measure_limits(o.probe_mib, o.threads);
@@ -281,7 +282,7 @@ void run_roofline(const RooflineOptions& o) {
   // A paged cache like the engine's (same page size and dtypes) holding random K/V (and index
   // keys) for positions [0, need).
   constexpr int kSteadySteps = 32;  // decode steps in a row for the steady rate
-  const int64_t need = std::max(o.context + 1 + kSteadySteps, o.prefill) + 1;
+  const int64_t need = std::max({o.context + 1 + kSteadySteps, o.compare_context + 1 + kSteadySteps, o.prefill}) + 1;
   const int B = c.any_sparse() ? c.block_size : 128;
   std::vector<int32_t> table(size_t((need + B - 1) / B));
   for (size_t i = 0; i < table.size(); ++i) table[i] = int32_t(i);
@@ -318,20 +319,31 @@ void run_roofline(const RooflineOptions& o) {
   double steady = 1e300;
   const double active = double(W.active_bytes_per_token());
   std::vector<double> paired;  // per run: weights GB/s over the paired probe's GB/s
+  std::vector<double> ratios;  // per run with --compare-context: rate at context / rate at compare_context
+  double steady_cmp = 1e300;
   ReadProbe pair_probe(std::min(o.probe_mib, 256.0), lim.threads);
-  for (int r = 0; r < std::max(1, o.repeats); ++r) {
-    const double probe_gbs = pair_probe.gbs(3);
+  // The mean step of kSteadySteps decode steps from context ctx (after one untimed step).
+  auto steady_run = [&](int64_t ctx) {
     auto step = [&](int s) {
-      PagedKV view(pool, table, o.context + s + 1);
-      const BatchItem item{&view, toks.data() + s % toks.size(), 1, o.context + s, 0};
+      PagedKV view(pool, table, ctx + s + 1);
+      const BatchItem item{&view, toks.data() + s % toks.size(), 1, ctx + s, 0};
       model.forward_batch(&item, 1, logits.data());
     };
     step(0);
     const double t0 = now_s();
     for (int s = 0; s < kSteadySteps; ++s) step(s);
-    const double mean = (now_s() - t0) / kSteadySteps;
+    return (now_s() - t0) / kSteadySteps;
+  };
+  for (int r = 0; r < std::max(1, o.repeats); ++r) {
+    const double probe_gbs = pair_probe.gbs(3);
+    const double mean = steady_run(o.context);
     steady = std::min(steady, mean);
     paired.push_back(active / mean / 1e9 / probe_gbs);
+    if (o.compare_context > 0) {
+      const double cmp = steady_run(o.compare_context);
+      steady_cmp = std::min(steady_cmp, cmp);
+      ratios.push_back(cmp / mean);
+    }
   }
   const double prefill_whole = best_time(std::min(o.repeats, 2), [&] {
     PagedKV view(pool, table, o.prefill);
@@ -493,6 +505,17 @@ void run_roofline(const RooflineOptions& o) {
   const double median = np % 2 ? paired[np / 2] : 0.5 * (paired[np / 2 - 1] + paired[np / 2]);
   std::printf("  paired with a read probe just before each run: weights at %s of it (median %.0f%%)\n", runs.c_str(),
               100 * median);
+  if (!ratios.empty()) {
+    std::string rs;
+    for (double x : ratios) rs += fmt::format("{}{:.2f}", rs.empty() ? "" : " ", x);
+    std::sort(ratios.begin(), ratios.end());
+    const size_t nr = ratios.size();
+    const double rmed = nr % 2 ? ratios[nr / 2] : 0.5 * (ratios[nr / 2 - 1] + ratios[nr / 2]);
+    std::printf("  against context %lld, run right after each (best %.3f ms): rate at %lld over rate at %lld, per pair "
+                "%s (median %.2f)\n",
+                (long long)o.compare_context, steady_cmp * 1e3, (long long)o.context, (long long)o.compare_context,
+                rs.c_str(), rmed);
+  }
   // At long context the K/V and index-key rows add to the weights (the bytes that bound decode there).
   std::printf("  everything a step reads (weights, K/V and index-key rows, activations; as the table counts): %.1f MB, "
               "%.2f GB/s at the steady rate (%.0f%% of read BW)\n",

@@ -13,6 +13,9 @@ struct RooflineOptions {
   std::string model_dir;
   int64_t context = 512;   // tokens already in the cache for the decode step
   int64_t prefill = 512;   // tokens in the prefill step
+  // When > 0: each steady decode run at `context` is followed by one at this context, and the ratio
+  // of the two rates is printed per pair (the 16K / 512 target measured within seconds, not minutes).
+  int64_t compare_context = 0;
   int repeats = 3;         // timed repetitions (the best is kept)
   int threads = 0;         // 0: OpenMP default
   double probe_mib = 512;  // bandwidth probe buffer

@@ -67,6 +67,9 @@ void register_bench(CLI::App& app) {
   r->add_option("--model", ro->model_dir, "Model directory")->required();
   r->add_option("--context", ro->context, "Context tokens in the cache for the decode step")->capture_default_str();
   r->add_option("--prefill", ro->prefill, "Tokens in the prefill step")->capture_default_str();
+  r->add_option("--compare-context", ro->compare_context,
+                "Also run steady decode at this context after each run at --context and print the rate ratios "
+                "(e.g. --context 16384 --compare-context 512)");
   r->add_option("--repeats", ro->repeats, "Timed repetitions (best kept)")->capture_default_str();
   r->add_option("--threads", ro->threads, "Threads (0: OpenMP default)")->capture_default_str();
   r->add_option("--probe-mib", ro->probe_mib, "Bandwidth probe buffer, MiB")->capture_default_str();

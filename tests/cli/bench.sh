@@ -64,11 +64,19 @@ if "$BIN" bench roofline --model "$TMP/none" --kv-cache-dtype fp7 >/dev/null 2>"
 grep -q -- "--kv-cache-dtype" "$TMP/roof.err" || fail "roofline: bad KV dtype not named"
 # A small roofline run on the tiny model: the report's sections and, per steady run, the weights' read
 # rate over a read probe taken just before it (one figure per --repeats, and their median).
-"$BIN" bench roofline --model "$TMP/model" --context 64 --prefill 8 --repeats 3 --probe-mib 8 >"$TMP/roof.txt" 2>&1 ||
+# With --compare-context, one rate ratio per run against the other context (run right after it).
+"$BIN" bench roofline --model "$TMP/model" --context 64 --compare-context 16 --prefill 8 --repeats 3 --probe-mib 8 \
+  >"$TMP/roof.txt" 2>&1 ||
   fail "roofline run: $(tail -3 "$TMP/roof.txt")"
 for want in "memory read bandwidth" "^DECODE" "^PREFILL" "^steady decode" "everything a step reads"; do
   grep -q "$want" "$TMP/roof.txt" || fail "roofline: no '$want' line"
 done
 grep -Eq "paired with a read probe just before each run: weights at [0-9]+% [0-9]+% [0-9]+% of it \(median [0-9]+%\)" \
   "$TMP/roof.txt" || fail "roofline: no paired line for 3 runs: $(grep -i paired "$TMP/roof.txt")"
+grep -Eq "against context 16, .*rate at 64 over rate at 16, per pair [0-9.]+ [0-9.]+ [0-9.]+ \(median [0-9.]+\)" \
+  "$TMP/roof.txt" || fail "roofline: no ratio line for 3 runs: $(grep -i 'against' "$TMP/roof.txt")"
+if "$BIN" bench roofline --model "$TMP/model" --compare-context -1 >/dev/null 2>"$TMP/roof.err"; then
+  fail "roofline: negative --compare-context accepted"
+fi
+grep -q -- "--compare-context" "$TMP/roof.err" || fail "roofline: bad --compare-context not named"
 echo "bench.sh: OK"
