@@ -464,7 +464,9 @@ BENCHMARK(BM_attention_decode)
     ->Args({16384, 1, 0, 1})
     ->Args({16384, 1, 1, 1})
     ->Args({16384, 2, 0, 1})
+    ->Args({16384, 2, 1, 1})
     ->Args({16384, 3, 0, 1})
+    ->Args({16384, 3, 1, 1})
     ->Iterations(40)
     ->UseManualTime();
 
