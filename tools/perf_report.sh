@@ -131,7 +131,8 @@ fi
 SERVER=$!
 trap 'kill $SERVER 2>/dev/null || true' EXIT
 for _ in $(seq 1 120); do curl -sf "http://127.0.0.1:$PORT/v1/models" >/dev/null && break; sleep 1; done
-printf "\n%-12s %-12s %-12s %-22s %s\n" "conc(prompts)" "out tok/s" "total tok/s" "TTFT mean/median ms" "TPOT mean ms"
+printf "\n%-13s %-10s %-12s %-22s %-18s %-20s %s\n" "conc(prompts)" "out tok/s" "total tok/s" "TTFT mean/p90 ms" \
+  "TPOT mean/p90 ms" "ITL median/p99 ms" "E2EL mean/p99 ms"
 for cfg in "1 4" "8 16" "32 32"; do
   set -- $cfg
   "$BIN" bench serve --port "$PORT" --random-input-len 1024 --random-output-len 128 --ignore-eos --seed 1 \
@@ -139,8 +140,10 @@ for cfg in "1 4" "8 16" "32 32"; do
   python3 - "$WORK/serve_c$1.json" "$1($2)" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))
-print(f"{sys.argv[2]:<12} {r['output_throughput']:<12.1f} {r['total_token_throughput']:<12.1f} "
-      f"{r['mean_ttft_ms']:.0f}/{r['median_ttft_ms']:<15.0f} {r['mean_tpot_ms']:.1f}")
+pair = lambda a, b, d: f"{r[a]:.{d}f}/{r[b]:.{d}f}"
+print(f"{sys.argv[2]:<13} {r['output_throughput']:<10.1f} {r['total_token_throughput']:<12.1f} "
+      f"{pair('mean_ttft_ms', 'p90_ttft_ms', 0):<22} {pair('mean_tpot_ms', 'p90_tpot_ms', 1):<18} "
+      f"{pair('median_itl_ms', 'p99_itl_ms', 1):<20} {pair('mean_e2el_ms', 'p99_e2el_ms', 0)}")
 PY
 done
 echo "full results: $WORK/serve_c*.txt / .json"
