@@ -752,6 +752,91 @@ TEST(KernelsIsaMxfp8, PrescaledActivationsExactOrNotTaken) {
   }
 }
 
+// The 512-bit MXFP8 decode step of one token adds each block scale's exponent offset to the bits of x
+// instead of multiplying every decoded weight: only where that equals x * 2^(c - 7) exactly (normal x,
+// no zero, the scaled exponent field inside [1, 254] for every code). On either side of the decision
+// the one-token result equals the two-token path's and the AVX2 build's bit for bit (the generic build
+// sums in another order), over two tiles at once and a single last tile (12 rows), for the cases the
+// decision turns on.
+TEST(KernelsIsaMxfp8, ExponentShiftedActivationsExactOrNotTaken) {
+  const int64_t K = 64;
+  std::vector<float> x(K, -1.5f);
+  EXPECT_TRUE(m3::mxfp8_x_shift_exact(x.data(), K, 120, 127));
+  x[3] = 0.f;  // its bits plus an offset would read as a tiny nonzero value
+  EXPECT_FALSE(m3::mxfp8_x_shift_exact(x.data(), K, 120, 127));
+  x[3] = -0.f;
+  EXPECT_FALSE(m3::mxfp8_x_shift_exact(x.data(), K, 120, 127));
+  x[3] = std::numeric_limits<float>::denorm_min();  // exponent field 0: adding to it is no scaling
+  EXPECT_FALSE(m3::mxfp8_x_shift_exact(x.data(), K, 120, 127));
+  EXPECT_FALSE(m3::mxfp8_x_shift_exact(x.data(), K, 20, 27));
+  x[3] = std::ldexp(1.0f, 7);  // field 134 + (127 - 7) = 254
+  EXPECT_TRUE(m3::mxfp8_x_shift_exact(x.data(), K, 120, 127));
+  EXPECT_FALSE(m3::mxfp8_x_shift_exact(x.data(), K, 120, 128));
+  x[3] = std::ldexp(1.0f, -126 + 7);  // field 8 + (0 - 7) = 1
+  EXPECT_TRUE(m3::mxfp8_x_shift_exact(x.data(), K, 0, 14));
+  x[3] = std::ldexp(1.0f, -126 + 6);
+  EXPECT_FALSE(m3::mxfp8_x_shift_exact(x.data(), K, 0, 14));
+  EXPECT_TRUE(m3::mxfp8_x_shift_exact(x.data(), K, 1, 14));
+  x[3] = std::numeric_limits<float>::infinity();
+  EXPECT_FALSE(m3::mxfp8_x_shift_exact(x.data(), K, 110, 126));
+  x[3] = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_FALSE(m3::mxfp8_x_shift_exact(x.data(), K, 110, 126));
+  x[3] = 1.5f;
+  EXPECT_TRUE(m3::mxfp8_x_shift_exact(x.data(), K, 120, 134));
+  EXPECT_FALSE(m3::mxfp8_x_shift_exact(x.data(), K, 120, 135));  // 2^(135 - 7) is no float
+
+  std::mt19937 rng(31);
+  const int64_t N = 12, Kb = 256;
+  Mat m = make_matrix(m3::LinearKind::MXFP8, N, Kb, rng);  // codes 120..133, random E4M3 bytes
+  for (int64_t n = 0; n < N; ++n) m.s[n * (Kb / 32)] = 133;  // block 0 (element 5's) holds the largest
+  m3::set_scale_range(m.lin);
+  ASSERT_TRUE(m3::tile_rows(m.lin, m.w.data()));
+  const int lo = m.lin.scale_lo, hi = m.lin.scale_hi;
+  ASSERT_EQ(hi, 133);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  // A zero x shifted would read as 2^-127 (times the weight's scale): lost next to activations near 1,
+  // so the zero cases also run with every other activation near 2^-118, where it would show.
+  struct Case {
+    const char* what;
+    float x5;
+    bool taken;
+    float rest = 1.f;  // the scale of the other activations
+  };
+  const float tiny = std::ldexp(1.f, -118);
+  const std::vector<Case> cases = {{"plain", 0.75f, true},
+                                   {"largest exact", std::ldexp(1.75f, 127 - (hi - 7)), true},
+                                   {"overflowing", std::ldexp(1.75f, 128 - (hi - 7)), false},
+                                   {"zero", 0.f, false},
+                                   {"negative zero", -0.f, false},
+                                   {"tiny, plain", tiny, true, tiny},
+                                   {"tiny, zero", 0.f, false, tiny},
+                                   {"tiny, negative zero", -0.f, false, tiny},
+                                   {"subnormal", std::ldexp(1.25f, -130), false}};
+  for (const Case& c : cases) {
+    std::vector<float> xx(2 * Kb);
+    for (int64_t k = 0; k < Kb; ++k) xx[k] = (nd(rng) * 0.01f + (k % 2 ? 0.5f : -0.5f)) * c.rest;  // no zeros
+    xx[5] = c.x5;
+    std::copy(xx.begin(), xx.begin() + Kb, xx.begin() + Kb);  // token 1 = token 0
+    EXPECT_EQ(m3::mxfp8_x_shift_exact(xx.data(), Kb, lo, hi), c.taken) << c.what;
+    std::vector<float> avx2;
+    for (const char* isa : {"generic", "avx2", "avx512"}) {
+      const m3::CpuOps* ops = m3::cpu_ops_for(isa);
+      if (!ops) continue;
+      std::vector<float> y2(2 * N), y1(N), scratch(m3::kLinearTileRows * Kb);
+      ops->linear_rows(m.lin, xx.data(), 2, y2.data(), 0, N, scratch.data());
+      ops->linear_rows(m.lin, xx.data(), 1, y1.data(), 0, N, scratch.data());
+      if (std::string(isa) == "avx2") avx2 = y1;
+      for (int64_t n = 0; n < N; ++n) {
+        EXPECT_EQ(std::memcmp(&y1[n], &y2[n], 4), 0) << isa << " " << c.what << " row " << n << ": " << y1[n]
+                                                     << " vs two tokens " << y2[n];
+        if (std::string(isa) == "avx512" && !avx2.empty())
+          EXPECT_EQ(std::memcmp(&y1[n], &avx2[n], 4), 0) << c.what << " row " << n << ": " << y1[n] << " vs avx2 "
+                                                         << avx2[n];
+      }
+    }
+  }
+}
+
 // The NVFP4 decode step (one token) multiplies the E2M1 integers, placed in the top byte of each lane,
 // by scales carrying a 2^-24; the result equals the batched path's bit for bit: with an odd number of
 // blocks per row (the last block takes the unplaced decode), with scales near the bottom of the normal

@@ -93,6 +93,27 @@ bool mxfp8_prescale_exact_fields(uint32_t emin, uint32_t emax, int lo, int hi) {
   return emax <= 254 && int(emax) + hi - 7 <= 254 && int(emin) + lo - 7 >= 1;
 }
 
+bool mxfp8_x_shift_exact(const float* x, int64_t K, int lo, int hi) {
+  uint32_t emax = 0, emin = 255;
+  bool zero = false;
+  for (int64_t k = 0; k < K; ++k) {
+    uint32_t u;
+    std::memcpy(&u, x + k, 4);
+    u &= 0x7fffffffu;
+    const uint32_t e = u >> 23;
+    emax = std::max(emax, e);
+    emin = std::min(emin, u ? e : 255u);
+    zero |= u == 0;
+  }
+  return mxfp8_x_shift_exact_fields(emin, emax, zero, lo, hi);
+}
+
+bool mxfp8_x_shift_exact_fields(uint32_t emin, uint32_t emax, bool zero, int lo, int hi) {
+  if (zero || lo < 0 || hi > kMxfp8PrescaleMaxCode || lo > hi) return false;
+  // Normal x only (emin >= 1, emax <= 254); the offset may not carry the field out of [1, 254].
+  return emin >= 1 && emax <= 254 && int(emax) + hi - 7 <= 254 && int(emin) + lo - 7 >= 1;
+}
+
 int64_t tile_chunk_bytes(const Linear& W) {
   switch (W.kind) {
     case LinearKind::MXFP8: return W.K % 32 == 0 ? 32 : 0;

@@ -72,6 +72,13 @@ bool mxfp8_prescale_exact(const float* x, int64_t K, int lo, int hi);
 // NaN), emin over the nonzero ones (255 when every element is zero). The decode kernels find both with
 // a vector scan (speed: the scalar scan took 2.3 us per 2048-float x, once per matrix and thread).
 bool mxfp8_prescale_exact_fields(uint32_t emin, uint32_t emax, int lo, int hi);
+// The 512-bit decode step of one token adds the scale's exponent offset (c - 7) << 23 to the bits of x
+// instead of multiplying each decoded weight by 2^(c - 7): the same value exactly when every x[k] is
+// normal (no zero: its bits plus an offset are no longer zero) and x[k] * 2^(c - 7) stays normal for
+// every code c in [lo, hi] (lo <= hi <= kMxfp8PrescaleMaxCode).
+bool mxfp8_x_shift_exact(const float* x, int64_t K, int lo, int hi);
+// The same from the extreme exponent fields (as mxfp8_prescale_exact_fields) and whether some x is zero.
+bool mxfp8_x_shift_exact_fields(uint32_t emin, uint32_t emax, bool zero, int lo, int hi);
 
 // Bytes per chunk of the tiled layout for this matrix, 0 when it is not tiled (F32 / F16, int8
 // activations, or in-features the decode kernels would not read in whole chunks): MXFP8 32 (one
