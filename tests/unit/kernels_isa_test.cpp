@@ -757,7 +757,7 @@ TEST(KernelsIsaMxfp8, PrescaledActivationsExactOrNotTaken) {
 // no zero, the scaled exponent field inside [1, 254] for every code). On either side of the decision
 // the one-token result equals the two-token path's and the AVX2 build's bit for bit (the generic build
 // sums in another order), over two tiles at once and a single last tile (12 rows), for the cases the
-// decision turns on.
+// decision turns on, with either byte placement of the avx512 step.
 TEST(KernelsIsaMxfp8, ExponentShiftedActivationsExactOrNotTaken) {
   const int64_t K = 64;
   std::vector<float> x(K, -1.5f);
@@ -819,21 +819,25 @@ TEST(KernelsIsaMxfp8, ExponentShiftedActivationsExactOrNotTaken) {
     std::copy(xx.begin(), xx.begin() + Kb, xx.begin() + Kb);  // token 1 = token 0
     EXPECT_EQ(m3::mxfp8_x_shift_exact(xx.data(), Kb, lo, hi), c.taken) << c.what;
     std::vector<float> avx2;
-    for (const char* isa : {"generic", "avx2", "avx512"}) {
-      const m3::CpuOps* ops = m3::cpu_ops_for(isa);
-      if (!ops) continue;
-      std::vector<float> y2(2 * N), y1(N), scratch(m3::kLinearTileRows * Kb);
-      ops->linear_rows(m.lin, xx.data(), 2, y2.data(), 0, N, scratch.data());
-      ops->linear_rows(m.lin, xx.data(), 1, y1.data(), 0, N, scratch.data());
-      if (std::string(isa) == "avx2") avx2 = y1;
-      for (int64_t n = 0; n < N; ++n) {
-        EXPECT_EQ(std::memcmp(&y1[n], &y2[n], 4), 0) << isa << " " << c.what << " row " << n << ": " << y1[n]
-                                                     << " vs two tokens " << y2[n];
-        if (std::string(isa) == "avx512" && !avx2.empty())
-          EXPECT_EQ(std::memcmp(&y1[n], &avx2[n], 4), 0) << c.what << " row " << n << ": " << y1[n] << " vs avx2 "
-                                                         << avx2[n];
+    for (const char* isa : {"generic", "avx2", "avx512"})
+      for (int form : {0, 1}) {  // the avx512 step's two byte placements (set_mxfp8_permute_form)
+        const m3::CpuOps* ops = m3::cpu_ops_for(isa);
+        if (!ops || (form == 1 && std::string(isa) != "avx512")) continue;
+        m3::set_mxfp8_permute_form(form);
+        std::vector<float> y2(2 * N), y1(N), scratch(m3::kLinearTileRows * Kb);
+        ops->linear_rows(m.lin, xx.data(), 2, y2.data(), 0, N, scratch.data());
+        ops->linear_rows(m.lin, xx.data(), 1, y1.data(), 0, N, scratch.data());
+        m3::set_mxfp8_permute_form(-1);
+        if (std::string(isa) == "avx2") avx2 = y1;
+        for (int64_t n = 0; n < N; ++n) {
+          EXPECT_EQ(std::memcmp(&y1[n], &y2[n], 4), 0) << isa << " form " << form << " " << c.what << " row " << n
+                                                       << ": " << y1[n] << " vs two tokens " << y2[n];
+          if (std::string(isa) == "avx512" && !avx2.empty()) {
+            EXPECT_EQ(std::memcmp(&y1[n], &avx2[n], 4), 0) << "form " << form << " " << c.what << " row " << n << ": "
+                                                           << y1[n] << " vs avx2 " << avx2[n];
+          }
+        }
       }
-    }
   }
 }
 

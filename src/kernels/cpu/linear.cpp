@@ -114,6 +114,18 @@ bool mxfp8_x_shift_exact_fields(uint32_t emin, uint32_t emax, bool zero, int lo,
   return emin >= 1 && emax <= 254 && int(emax) + hi - 7 <= 254 && int(emin) + lo - 7 >= 1;
 }
 
+namespace {
+std::atomic<int> g_mxfp8_permute_form{-1};
+}  // namespace
+
+void set_mxfp8_permute_form(int form) { g_mxfp8_permute_form.store(form, std::memory_order_relaxed); }
+
+bool mxfp8_two_source_permute() {
+  static const bool amd = __builtin_cpu_is("amd");
+  const int f = g_mxfp8_permute_form.load(std::memory_order_relaxed);
+  return f < 0 ? amd : f == 1;
+}
+
 int64_t tile_chunk_bytes(const Linear& W) {
   switch (W.kind) {
     case LinearKind::MXFP8: return W.K % 32 == 0 ? 32 : 0;

@@ -79,6 +79,11 @@ bool mxfp8_prescale_exact_fields(uint32_t emin, uint32_t emax, int lo, int hi);
 bool mxfp8_x_shift_exact(const float* x, int64_t K, int lo, int hi);
 // The same from the extreme exponent fields (as mxfp8_prescale_exact_fields) and whether some x is zero.
 bool mxfp8_x_shift_exact_fields(uint32_t emin, uint32_t emax, bool zero, int lo, int hi);
+// How the avx512 one-token MXFP8 step places the E4M3 bytes (same bits either way): -1 (default) by
+// CPU vendor, two-source byte permutes on AMD (one instruction there, two or more cycles on Intel's
+// AVX-512 cores), 0 a lane shuffle and a one-source permute, 1 the two-source permute (tests take both).
+void set_mxfp8_permute_form(int form);
+bool mxfp8_two_source_permute();
 
 // Bytes per chunk of the tiled layout for this matrix, 0 when it is not tiled (F32 / F16, int8
 // activations, or in-features the decode kernels would not read in whole chunks): MXFP8 32 (one
