@@ -70,9 +70,12 @@ void set_scale_range(Linear& W) {
   W.scale_hi = hi;
 }
 
-bool mxfp8_prescale_exact(const float* x, int64_t K, int lo, int hi) {
-  // Integer loop over the bit patterns (no libm).
-  uint32_t emax = 0, emin = 255;
+namespace {
+// x[0, K)'s extreme exponent fields as mxfp8_prescale_exact_fields takes them, and whether some
+// element is +-0: an integer loop over the bit patterns (no libm; the decode kernels' vector scan
+// finds the same).
+void exponent_fields(const float* x, int64_t K, uint32_t& emin, uint32_t& emax, bool& zero) {
+  emax = 0, emin = 255, zero = false;
   for (int64_t k = 0; k < K; ++k) {
     uint32_t u;
     std::memcpy(&u, x + k, 4);
@@ -80,7 +83,15 @@ bool mxfp8_prescale_exact(const float* x, int64_t K, int lo, int hi) {
     const uint32_t e = u >> 23;
     emax = std::max(emax, e);
     emin = std::min(emin, u ? e : 255u);
+    zero |= u == 0;
   }
+}
+}  // namespace
+
+bool mxfp8_prescale_exact(const float* x, int64_t K, int lo, int hi) {
+  uint32_t emin, emax;
+  bool zero;
+  exponent_fields(x, K, emin, emax, zero);
   return mxfp8_prescale_exact_fields(emin, emax, lo, hi);
 }
 
@@ -94,17 +105,9 @@ bool mxfp8_prescale_exact_fields(uint32_t emin, uint32_t emax, int lo, int hi) {
 }
 
 bool mxfp8_x_shift_exact(const float* x, int64_t K, int lo, int hi) {
-  uint32_t emax = 0, emin = 255;
-  bool zero = false;
-  for (int64_t k = 0; k < K; ++k) {
-    uint32_t u;
-    std::memcpy(&u, x + k, 4);
-    u &= 0x7fffffffu;
-    const uint32_t e = u >> 23;
-    emax = std::max(emax, e);
-    emin = std::min(emin, u ? e : 255u);
-    zero |= u == 0;
-  }
+  uint32_t emin, emax;
+  bool zero;
+  exponent_fields(x, K, emin, emax, zero);
   return mxfp8_x_shift_exact_fields(emin, emax, zero, lo, hi);
 }
 
