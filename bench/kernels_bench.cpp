@@ -92,6 +92,7 @@ constexpr int64_t kK = 2048;
 constexpr int64_t kNvfp4Int8 = 100;  // range(0) value: NVFP4 with int8 activations (opt-in path)
 constexpr int64_t kMxfp8Bf16 = 101;  // range(0) value: MXFP8 with BF16 activations (opt-in path)
 constexpr int64_t kNvfp4Bf16 = 102;  // range(0) value: NVFP4 with BF16 activations (opt-in path)
+constexpr int64_t kBf16Packed = 103;  // range(0) value: BF16 tiled and packed as the lm_head (pack_bf16_tiles / _nibbles)
 
 // A matmul benchmark's range(0): a LinearKind, kNvfp4Int8, kMxfp8Bf16 or kNvfp4Bf16.
 struct KindArg {
@@ -144,16 +145,22 @@ void kinds(benchmark::internal::Benchmark* b) {
 }
 BENCHMARK(BM_linear)->Apply(kinds)->UseRealTime();
 
-// The decode kernels' own rate: one token over a 128-row matrix that stays in cache (L2 for MXFP8 and
-// NVFP4, 512 KiB for BF16), on the calling thread only (CpuOps::linear_rows, no OpenMP region). Its
+// The decode kernels' own rate: one token over a matrix that stays in cache, range(1) rows (128: in L2,
+// 512 KiB for BF16; 8: BF16 in L1, 32 KiB, where the per-call set-up of the quantised formats, such as
+// the scan of x, weighs more), on the calling thread only (CpuOps::linear_rows, no OpenMP region). Its
 // weights/s against the core clock gives the cycles per weight a format's decode costs; where that rate
 // times the bytes per weight is below the memory read bandwidth one core gets, the decode step is bound
-// by instructions, not by memory.
+// by instructions, not by memory. range(0) = kBf16Packed: BF16 as the decode step reads the lm_head
+// (tiled and packed, pack_bf16_tiles / pack_bf16_nibbles; bytes/s counts the packed bytes).
 void BM_linear_resident(benchmark::State& state) {
-  const KindArg kind(state.range(0));
-  const int64_t N = 128;
+  const bool packed = state.range(0) == kBf16Packed;
+  const KindArg kind(packed ? int64_t(LinearKind::BF16) : state.range(0));
+  const int64_t N = state.range(1);
   Matrix m(kind.kind, N, kK, 3);
   m.hold_as_engine(kind.int8_act, kind.bf16_act);
+  m3::AlignedVector<uint8_t> pack;
+  if (packed && !(std::string(m3::cpu_ops().name) == "avx512" ? m3::pack_bf16_tiles(m.L, pack) : m3::pack_bf16_nibbles(m.L, pack)))
+    state.SkipWithError("not packable");
   const std::vector<float> x = normal_x(kK);
   std::vector<float> y(static_cast<size_t>(N)), scratch(static_cast<size_t>(m3::kLinearTileRows * kK));
   const m3::CpuOps& ops = m3::cpu_ops();
@@ -161,18 +168,15 @@ void BM_linear_resident(benchmark::State& state) {
     ops.linear_rows(m.L, x.data(), 1, y.data(), 0, N, scratch.data());
     benchmark::DoNotOptimize(y.data());
   }
-  state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(m.L.bytes()));
+  state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(pack.empty() ? m.L.bytes() : pack.size()));
   state.counters["weights/s"] = benchmark::Counter(double(N) * double(kK) * double(state.iterations()),
                                                    benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
-  state.SetLabel(kind.name() + " isa=" + ops.name);
+  state.SetLabel(kind.name() + (packed ? " packed" : "") + " isa=" + ops.name);
 }
 BENCHMARK(BM_linear_resident)
-    ->Arg(int64_t(LinearKind::BF16))
-    ->Arg(int64_t(LinearKind::MXFP8))
-    ->Arg(int64_t(LinearKind::NVFP4))
-    ->Arg(kNvfp4Int8)
-    ->Arg(kMxfp8Bf16)
-    ->Arg(kNvfp4Bf16)
+    ->ArgsProduct({{int64_t(LinearKind::BF16), int64_t(LinearKind::MXFP8), int64_t(LinearKind::NVFP4), kNvfp4Int8,
+                    kMxfp8Bf16, kNvfp4Bf16, kBf16Packed},
+                   {128, 8}})
     ->UseRealTime();
 
 // The matrix products of a 512-token prefill of the mid preset, as the model issues them (one
