@@ -193,6 +193,24 @@ class ReadProbe {
     }
     return double(n) * 4 / best / 1e9;
   }
+  // GB/s of one timed pass (the buffer already read once: its pages are mapped and in the TLB).
+  double pass_gbs() {
+    const float* buf = reinterpret_cast<const float*>(mem_.data());
+    const bool avx2 = have_avx2_fma();
+    const size_t n = n_;
+    float total = 0;
+    const double t = now_s();
+#pragma omp parallel num_threads(threads_) reduction(+ : total)
+    {
+      const int nt = omp_get_num_threads(), id = omp_get_thread_num();
+      const size_t per = (n / size_t(nt)) / 32 * 32;
+      const size_t lo = per * size_t(id), cnt = id == nt - 1 ? n - lo : per;
+      total += avx2 ? read_slice_avx2(buf + lo, cnt) : read_slice_scalar(buf + lo, cnt);
+    }
+    const double dt = now_s() - t;
+    g_sink = total;
+    return double(n) * 4 / dt / 1e9;
+  }
 
  private:
   size_t n_;
@@ -343,6 +361,26 @@ void run_roofline(const RooflineOptions& o) {
       const double cmp = steady_run(o.compare_context);
       steady_cmp = std::min(steady_cmp, cmp);
       ratios.push_back(cmp / mean);
+    }
+  }
+  // Interleaved: kSteadySteps decode steps from context, each between two passes of the paired probe
+  // (one pass, about as long as a step), the weights' read rate of each step over the mean of the two
+  // passes around it. On a shared host the memory a step gets moves within a second; a probe taken in
+  // the same few milliseconds sets each step against what memory gave then. The passes leave the
+  // caches cold for the step after them (conservative for the step).
+  std::vector<double> inter, inter_ms;
+  {
+    double before = pair_probe.pass_gbs();
+    for (int s = 0; s < kSteadySteps; ++s) {
+      PagedKV view(pool, table, o.context + s + 1);
+      const BatchItem item{&view, toks.data() + s % toks.size(), 1, o.context + s, 0};
+      const double t0 = now_s();
+      model.forward_batch(&item, 1, logits.data());
+      const double dt = now_s() - t0;
+      const double after = pair_probe.pass_gbs();
+      inter.push_back(active / dt / 1e9 / (0.5 * (before + after)));
+      inter_ms.push_back(dt * 1e3);
+      before = after;
     }
   }
   const double prefill_whole = best_time(std::min(o.repeats, 2), [&] {
@@ -505,6 +543,15 @@ void run_roofline(const RooflineOptions& o) {
   const double median = np % 2 ? paired[np / 2] : 0.5 * (paired[np / 2 - 1] + paired[np / 2]);
   std::printf("  paired with a read probe just before each run: weights at %s of it (median %.0f%%)\n", runs.c_str(),
               100 * median);
+  {
+    std::sort(inter.begin(), inter.end());
+    std::sort(inter_ms.begin(), inter_ms.end());
+    const size_t n = inter.size();
+    std::printf("  interleaved with the read probe (%d steps, each between two %.0f MiB passes): weights at a median %.0f%% "
+                "(quartiles %.0f-%.0f%%) of the passes around each step; step median %.3f ms\n",
+                int(n), std::min(o.probe_mib, 256.0), 100 * inter[n / 2], 100 * inter[n / 4], 100 * inter[3 * n / 4],
+                inter_ms[n / 2]);
+  }
   if (!ratios.empty()) {
     std::string rs;
     for (double x : ratios) rs += fmt::format("{}{:.2f}", rs.empty() ? "" : " ", x);

@@ -73,6 +73,9 @@ for want in "memory read bandwidth" "^DECODE" "^PREFILL" "^steady decode" "every
 done
 grep -Eq "paired with a read probe just before each run: weights at [0-9]+% [0-9]+% [0-9]+% of it \(median [0-9]+%\)" \
   "$TMP/roof.txt" || fail "roofline: no paired line for 3 runs: $(grep -i paired "$TMP/roof.txt")"
+# And 32 steps each between two passes of that probe (the rate of each against the passes around it).
+grep -Eq "interleaved with the read probe \(32 steps, each between two 8 MiB passes\): weights at a median [0-9]+% \(quartiles [0-9]+-[0-9]+%\)" \
+  "$TMP/roof.txt" || fail "roofline: no interleaved line: $(grep -i interleaved "$TMP/roof.txt")"
 grep -Eq "against context 16, .*rate at 64 over rate at 16, per pair [0-9.]+ [0-9.]+ [0-9.]+ \(median [0-9.]+\)" \
   "$TMP/roof.txt" || fail "roofline: no ratio line for 3 runs: $(grep -i 'against' "$TMP/roof.txt")"
 if "$BIN" bench roofline --model "$TMP/model" --compare-context -1 >/dev/null 2>"$TMP/roof.err"; then
