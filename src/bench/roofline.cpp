@@ -173,27 +173,12 @@ class ReadProbe {
   }
   // GB/s of the best of passes - 1 timed passes after an untimed one.
   double gbs(int passes) {
-    const float* buf = reinterpret_cast<const float*>(mem_.data());
-    const bool avx2 = have_avx2_fma();
-    const size_t n = n_;
-    double best = 1e300;
-    for (int pass = 0; pass < passes; ++pass) {
-      float total = 0;
-      const double t = now_s();
-#pragma omp parallel num_threads(threads_) reduction(+ : total)
-      {
-        const int nt = omp_get_num_threads(), id = omp_get_thread_num();
-        const size_t per = (n / size_t(nt)) / 32 * 32;
-        const size_t lo = per * size_t(id), cnt = id == nt - 1 ? n - lo : per;
-        total += avx2 ? read_slice_avx2(buf + lo, cnt) : read_slice_scalar(buf + lo, cnt);
-      }
-      const double dt = now_s() - t;
-      g_sink = total;
-      if (pass > 0) best = std::min(best, dt);
-    }
-    return double(n) * 4 / best / 1e9;
+    pass_gbs();
+    double best = 0;
+    for (int pass = 1; pass < passes; ++pass) best = std::max(best, pass_gbs());
+    return best;
   }
-  // GB/s of one timed pass (the buffer already read once: its pages are mapped and in the TLB).
+  // GB/s of one timed pass (after the first: the buffer's pages mapped and in the TLB).
   double pass_gbs() {
     const float* buf = reinterpret_cast<const float*>(mem_.data());
     const bool avx2 = have_avx2_fma();
