@@ -94,7 +94,8 @@ constexpr int64_t kMxfp8Bf16 = 101;  // range(0) value: MXFP8 with BF16 activati
 constexpr int64_t kNvfp4Bf16 = 102;  // range(0) value: NVFP4 with BF16 activations (opt-in path)
 constexpr int64_t kBf16Packed = 103;  // range(0) value: BF16 tiled and packed as the lm_head (pack_bf16_tiles / _nibbles)
 
-// A matmul benchmark's range(0): a LinearKind, kNvfp4Int8, kMxfp8Bf16 or kNvfp4Bf16.
+// A matmul benchmark's range(0): a LinearKind, kNvfp4Int8, kMxfp8Bf16 or kNvfp4Bf16 (BM_linear_resident
+// also kBf16Packed).
 struct KindArg {
   LinearKind kind;
   bool int8_act, bf16_act;
