@@ -112,9 +112,8 @@ bool mxfp8_x_shift_exact(const float* x, int64_t K, int lo, int hi) {
 }
 
 bool mxfp8_x_shift_exact_fields(uint32_t emin, uint32_t emax, bool zero, int lo, int hi) {
-  if (zero || lo < 0 || hi > kMxfp8PrescaleMaxCode || lo > hi) return false;
-  // Normal x only (emin >= 1, emax <= 254); the offset may not carry the field out of [1, 254].
-  return emin >= 1 && emax <= 254 && int(emax) + hi - 7 <= 254 && int(emin) + lo - 7 >= 1;
+  // The copies' condition (the scaled field stays in [1, 254]) for normal, nonzero x only.
+  return !zero && emin >= 1 && mxfp8_prescale_exact_fields(emin, emax, lo, hi);
 }
 
 namespace {
