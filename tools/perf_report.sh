@@ -41,6 +41,9 @@ paired_pct() { sed -n 's/.*paired with a read probe.*(median \([0-9]*\)%).*/\1/p
 # inter_pct FILE: the median over 32 steps of each step's weight read rate over the two probe passes
 # around it (the interleaved line), %
 inter_pct() { sed -n 's/.*interleaved with the read probe.*weights at a median \([0-9]*\)%.*/\1/p' "$1"; }
+# roof_pct FILE: the decode roof (each weight class at the lower of its kernels' in-cache rate and the
+# read bandwidth) as a share of the read bandwidth: what the two %-of-probe columns can reach at most, %
+roof_pct() { sed -n 's/.* MB = \([0-9]*\)% of read BW; the steady.*/\1/p' "$1"; }
 # pair_ratio FILE: the 16K run's median ratio of its steady rate over the rate at 512 tokens measured
 # right after each run (--compare-context 512: the ratio within seconds, not across minutes)
 pair_ratio() { sed -n 's/.*per pair .*(median \([0-9.]*\)).*/\1/p' "$1"; }
@@ -84,8 +87,9 @@ done
 # Two decode figures per context: the steady step (32 steps in a row, as generate and serve decode)
 # and the cold whole step (each from flushed caches, the roofline's per-class baseline).
 for kind in steady cold; do
-  printf "\n%-22s %-26s %-26s %-22s %-24s %-22s %-22s %s\n" "variant ($kind)" "decode 512 ms best/median" "decode 16K ms best/median" \
-    "16K/512 best/median" "prefill 512 tok/s best" "512 % of paired probe" "512 % interleaved" "16K/512 paired runs"
+  printf "\n%-22s %-26s %-26s %-22s %-24s %-22s %-22s %-18s %s\n" "variant ($kind)" "decode 512 ms best/median" \
+    "decode 16K ms best/median" "16K/512 best/median" "prefill 512 tok/s best" "512 % of paired probe" \
+    "512 % interleaved" "512 roof % of BW" "16K/512 paired runs"
   get=decode_ms
   [ "$kind" = steady ] && get=steady_ms
   for v in $VARIANTS; do
@@ -96,11 +100,14 @@ for kind in steady cold; do
     pp=-
     pi=-
     pr=-
+    po=-
     [ "$kind" = steady ] && pp=$(for f in "$WORK"/roof.$tag.512.*.txt; do paired_pct "$f"; done | xargs echo) &&
       pi=$(for f in "$WORK"/roof.$tag.512.*.txt; do inter_pct "$f"; done | xargs echo) &&
+      po=$(for f in "$WORK"/roof.$tag.512.*.txt; do roof_pct "$f"; done | xargs echo) &&
       pr=$(for f in "$WORK"/roof.$tag.16k.*.txt; do pair_ratio "$f"; done | xargs echo)
-    printf "%-22s %-26s %-26s %-22s %-24s %-22s %-22s %s\n" "$layout $act $mem $kv" "$b512 / $m512" "$b16 / $m16" \
-      "$(awk -v a="$b512" -v b="$b16" -v c="$m512" -v d="$m16" 'BEGIN {printf "%.2f / %.2f", a/b, c/d}')" "$pf" "$pp" "$pi" "$pr"
+    printf "%-22s %-26s %-26s %-22s %-24s %-22s %-22s %-18s %s\n" "$layout $act $mem $kv" "$b512 / $m512" "$b16 / $m16" \
+      "$(awk -v a="$b512" -v b="$b16" -v c="$m512" -v d="$m16" 'BEGIN {printf "%.2f / %.2f", a/b, c/d}')" "$pf" "$pp" "$pi" \
+      "$po" "$pr"
   done
 done
 echo "full reports: $WORK/roof.*.txt"

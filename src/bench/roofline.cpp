@@ -2,6 +2,8 @@
 // steps of the model, timed whole (Model::forward) and per kernel class through the public kernel
 // entry points (linear_forward on the real weights, attention_batch over a filled paged KV cache
 // of the serving engine's dtypes, moe_route), with bytes and FLOPs counted from the shapes.
+// Each class's first matrix is also timed with its rows in cache (its one-token kernels' own rate),
+// which with the read bandwidth gives the decode roof.
 #include "bench/roofline.h"
 
 #include <immintrin.h>
@@ -203,6 +205,52 @@ class ReadProbe {
   HugePageBuffer mem_;
 };
 
+// One-token decode rate of a matrix's kernels with its rows in cache: each thread multiplies its own
+// 128 rows (whole tiles; fewer when the matrix is smaller) again and again through
+// CpuOps::linear_rows, the decode step's per-thread entry: the rate a decode step could reach for this
+// matrix if reading memory cost nothing.
+struct ResidentRate {
+  double gws = 0, gbs = 0;  // G weights/s and GB/s of the bytes the decode step reads, all threads
+};
+ResidentRate resident_rate(const Linear& L, int threads) {
+  constexpr int64_t tr = kLinearTileRows;
+  ResidentRate res;
+  if (L.empty() || L.N < tr || L.K <= 0) return res;
+  const int64_t rp = std::min<int64_t>(128, L.N / tr * tr);
+  const double bytes = L.bf16_packed    ? double(L.bf16_packed_bytes)  // as the decode step reads it (lin below)
+                       : L.bf16_nibbles ? double(L.bf16_nibbles_bytes)
+                                        : double(L.bytes());
+  const double bytes_per_weight = bytes / double(L.N * L.K);
+  // Rounds of about 1 ms, the best kept per thread (on a shared host a round can lose its core).
+  const int reps = int(std::max<int64_t>(20, int64_t(5e7) / (rp * L.K))), rounds = 7;
+  const CpuOps& ops = cpu_ops();
+  double rate = 0;
+#pragma omp parallel num_threads(threads) reduction(+ : rate)
+  {
+    const int id = omp_get_thread_num();
+    int64_t r0 = (int64_t(id) * rp) / tr * tr;
+    if (r0 + rp > L.N) r0 = 0;
+    AlignedVector<float> x(size_t(L.K)), y(size_t(L.N)), scratch(size_t(tr * L.K));
+    for (int64_t k = 0; k < L.K; ++k) x[size_t(k)] = float((k * 37 + id) % 17) * 0.0625f - 0.5f;
+    for (int r = 0; r < 3; ++r) ops.linear_rows(L, x.data(), 1, y.data(), r0, r0 + rp, scratch.data());
+    double best = 0;
+    for (int round = 0; round < rounds; ++round) {
+#pragma omp barrier
+      const double t = now_s();
+      for (int r = 0; r < reps; ++r) {
+        ops.linear_rows(L, x.data(), 1, y.data(), r0, r0 + rp, scratch.data());
+        asm volatile("" : : "r"(y.data()) : "memory");  // every call runs (the kernel writes y only)
+      }
+      best = std::max(best, double(rp) * double(L.K) * reps / (now_s() - t));
+    }
+    rate += best;
+    g_sink = y[size_t(r0)];
+  }
+  res.gws = rate / 1e9;
+  res.gbs = res.gws * bytes_per_weight;
+  return res;
+}
+
 }  // namespace
 
 MachineLimits measure_limits(double probe_mib, int threads) {
@@ -273,6 +321,37 @@ void run_roofline(const RooflineOptions& o) {
               W.store().memory() == WeightMemory::Ram ? "read into huge-page memory (--mmap maps them instead)"
                                                       : "read from the mapped checkpoint (4 KiB pages; --no-mmap reads "
                                                         "them into huge-page memory)");
+
+  // What bounds a decode step besides memory: each weight format's one-token kernels with the rows
+  // in cache, per kernel class (its first matrix), which cap a class's read rate where they are below
+  // the read bandwidth (the decode roof printed with the steady decode below).
+  std::map<std::string, double> cache_gbs;  // per class: GB/s of its bytes with the rows in cache
+  {
+    std::printf("decode kernels in cache (one token, up to 128 rows per thread resident, all threads: the rate a\n"
+                "  class would reach if reading memory cost nothing; its first matrix):\n");
+    auto roof = [&](const char* cls, const Linear* L) {
+      if (!L || L->empty()) return;
+      const ResidentRate r = resident_rate(*L, lim.threads);
+      if (r.gws <= 0) return;
+      cache_gbs[cls] = r.gbs;
+      std::printf("  %-22s %-5s %7.2f G weights/s = %7.2f GB/s = %.2fx read BW\n", cls, linear_kind_name(L->kind), r.gws,
+                  r.gbs, r.gbs / lim.read_gbs);
+    };
+    const Linear *index = nullptr, *dense = nullptr, *routed = nullptr, *shared = nullptr;
+    for (int l = 0; l < c.n_layers; ++l) {
+      const LayerWeights& L = W.layer(l);
+      if (c.sparse_layer[l] && !index) index = &L.attn.index_q;
+      if (!c.moe_layer[l] && !dense) dense = &L.mlp.gate;
+      if (c.moe_layer[l] && !routed && !L.experts.empty()) routed = &L.experts[0].gate;
+      if (c.moe_layer[l] && !shared && L.has_shared) shared = &L.shared.gate;
+    }
+    roof("attention projections", &W.layer(0).attn.q);
+    roof("index projections", index);
+    roof("dense MLP", dense);
+    roof("routed experts", routed);
+    roof("shared expert", shared);
+    roof("lm_head", &W.lm_head());
+  }
 
   std::mt19937 rng(1);
   std::normal_distribution<float> nd(0.f, 1.f);
@@ -521,6 +600,27 @@ void run_roofline(const RooflineOptions& o) {
               "= %.2f tokens/s, weights %.2f GB/s (%.0f%% of read BW)\n",
               kSteadySteps, (long long)o.context, std::max(1, o.repeats), steady * 1e3, 1.0 / steady,
               active / steady / 1e9, 100 * active / steady / 1e9 / lim.read_gbs);
+  {
+    // The decode roof: each weight class at the lower of its kernels' in-cache rate and the read
+    // bandwidth, as if every read overlapped its decode perfectly; a class bound by its decode keeps
+    // the step below the read bandwidth however fast memory is.
+    double roof_t = 0, roof_b = 0;
+    std::string bound;
+    for (const Row& r : decode_rows) {
+      const auto it = cache_gbs.find(r.cls);
+      if (it == cache_gbs.end()) continue;
+      roof_t += r.bytes / (std::min(it->second, lim.read_gbs) * 1e9);
+      roof_b += r.bytes;
+      if (it->second < lim.read_gbs)
+        bound += fmt::format("{}{} {:.2f}x", bound.empty() ? "" : ", ", r.cls, it->second / lim.read_gbs);
+    }
+    if (roof_t > 0)
+      std::printf("  decode roof (each weight class at the lower of its in-cache rate and the read BW, as if reads and\n"
+                  "  decode overlapped perfectly): %.3f ms for %.1f MB = %.0f%% of read BW; the steady step's weights\n"
+                  "  reach %.0f%% of the roof's rate; classes bound by their decode: %s\n",
+                  roof_t * 1e3, roof_b / 1e6, 100 * roof_b / roof_t / 1e9 / lim.read_gbs,
+                  100 * (active / steady) / (roof_b / roof_t), bound.empty() ? "none" : bound.c_str());
+  }
   std::string runs;
   for (double p : paired) runs += fmt::format("{}{:.0f}%", runs.empty() ? "" : " ", 100 * p);
   std::sort(paired.begin(), paired.end());

@@ -1,6 +1,8 @@
 // `m3serve bench roofline`: this machine's limits (streaming read bandwidth, FMA peak) measured with
 // its own probes, then the model's decode and prefill steps timed per kernel class (projections,
-// index branch, sparse attention, routed / shared experts, dense MLP, lm_head) and set against them.
+// index branch, sparse attention, routed / shared experts, dense MLP, lm_head) and set against them;
+// with each class's one-token kernels timed with their rows in cache, the decode roof (the step's
+// best weight read rate if reads and decode overlapped perfectly).
 #pragma once
 #include <cstdint>
 #include <string>

@@ -78,6 +78,16 @@ grep -Eq "interleaved with the read probe \(32 steps, each between two 8 MiB pas
   "$TMP/roof.txt" || fail "roofline: no interleaved line: $(grep -i interleaved "$TMP/roof.txt")"
 grep -Eq "against context 16, .*rate at 64 over rate at 16, per pair [0-9.]+ [0-9.]+ [0-9.]+ \(median [0-9.]+\)" \
   "$TMP/roof.txt" || fail "roofline: no ratio line for 3 runs: $(grep -i 'against' "$TMP/roof.txt")"
+# The decode kernels' in-cache rates, one line per kernel class with its format (the tiny m31 model:
+# MXFP8 projections, NVFP4 experts, BF16 lm_head), and the decode roof built from them.
+for want in "attention projections +MXFP8" "routed experts +NVFP4" "lm_head +BF16"; do
+  grep -Eq "^  $want +[0-9.]+ G weights/s = +[0-9.]+ GB/s = [0-9.]+x read BW$" "$TMP/roof.txt" ||
+    fail "roofline: no in-cache line '$want': $(grep -A7 'decode kernels in cache' "$TMP/roof.txt")"
+done
+grep -Eq "decode overlapped perfectly\): [0-9.]+ ms for [0-9.]+ MB = [0-9]+% of read BW; the steady step's weights$" \
+  "$TMP/roof.txt" || fail "roofline: no decode roof line: $(grep -A2 'decode roof' "$TMP/roof.txt")"
+grep -Eq "^  reach [0-9]+% of the roof's rate; classes bound by their decode: " "$TMP/roof.txt" ||
+  fail "roofline: no roof share line: $(grep -A2 'decode roof' "$TMP/roof.txt")"
 if "$BIN" bench roofline --model "$TMP/model" --compare-context -1 >/dev/null 2>"$TMP/roof.err"; then
   fail "roofline: negative --compare-context accepted"
 fi
