@@ -42,7 +42,8 @@ paired_pct() { sed -n 's/.*paired with a read probe.*(median \([0-9]*\)%).*/\1/p
 # around it (the interleaved line), %
 inter_pct() { sed -n 's/.*interleaved with the read probe.*weights at a median \([0-9]*\)%.*/\1/p' "$1"; }
 # roof_pct FILE: the decode roof (each weight class at the lower of its kernels' in-cache rate and the
-# read bandwidth) as a share of the read bandwidth: what the two %-of-probe columns can reach at most, %
+# read bandwidth of the run's first probe) as a share of that bandwidth: the most of it a step's
+# weights could be read at if reads and decode overlapped perfectly, %
 roof_pct() { sed -n 's/.* MB = \([0-9]*\)% of read BW; the steady.*/\1/p' "$1"; }
 # pair_ratio FILE: the 16K run's median ratio of its steady rate over the rate at 512 tokens measured
 # right after each run (--compare-context 512: the ratio within seconds, not across minutes)
