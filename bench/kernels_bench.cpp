@@ -160,7 +160,7 @@ void BM_linear_resident(benchmark::State& state) {
   Matrix m(kind.kind, N, kK, 3);
   m.hold_as_engine(kind.int8_act, kind.bf16_act);
   m3::AlignedVector<uint8_t> pack;
-  if (packed && !(std::string(m3::cpu_ops().name) == "avx512" ? m3::pack_bf16_tiles(m.L, pack) : m3::pack_bf16_nibbles(m.L, pack)))
+  if (packed && !m3::pack_bf16_for_decode(m.L, pack))
     state.SkipWithError("not packable");
   const std::vector<float> x = normal_x(kK);
   std::vector<float> y(static_cast<size_t>(N)), scratch(static_cast<size_t>(m3::kLinearTileRows * kK));
@@ -169,7 +169,7 @@ void BM_linear_resident(benchmark::State& state) {
     ops.linear_rows(m.L, x.data(), 1, y.data(), 0, N, scratch.data());
     benchmark::DoNotOptimize(y.data());
   }
-  state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(pack.empty() ? m.L.bytes() : pack.size()));
+  state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(m.L.decode_bytes()));
   state.counters["weights/s"] = benchmark::Counter(double(N) * double(kK) * double(state.iterations()),
                                                    benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
   state.SetLabel(kind.name() + (packed ? " packed" : "") + " isa=" + ops.name);
@@ -238,8 +238,7 @@ void BM_lm_head(benchmark::State& state) {
   Matrix m(LinearKind::BF16, 32768, kK, 9);
   m3::AlignedVector<uint8_t> packed;
   if (state.range(0) >= 1) m3::tile_rows(m.L, m.w.data());
-  const bool avx512 = std::string(m3::cpu_ops().name) == "avx512";
-  if (state.range(0) == 2 && !(avx512 ? m3::pack_bf16_tiles(m.L, packed) : m3::pack_bf16_nibbles(m.L, packed)))
+  if (state.range(0) == 2 && !m3::pack_bf16_for_decode(m.L, packed))
     state.SkipWithError("not packable");
   const std::vector<float> x = normal_x(kK);
   std::vector<float> y(32768);
@@ -247,7 +246,7 @@ void BM_lm_head(benchmark::State& state) {
     m3::linear_forward(m.L, x.data(), 1, y.data());
     benchmark::DoNotOptimize(y.data());
   }
-  state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(packed.empty() ? m.L.bytes() : packed.size()));
+  state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(m.L.decode_bytes()));
   state.SetLabel(state.range(0) == 0 ? "row-major" : state.range(0) == 1 ? "tiled" : "tiled + packed");
 }
 BENCHMARK(BM_lm_head)->Arg(0)->Arg(1)->Arg(2)->UseRealTime();

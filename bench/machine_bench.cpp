@@ -1,7 +1,7 @@
 // Google Benchmark probes of the CPU itself (part of kernels_bench), behind the README's account of
 // what bounds the one-token decode kernels:
 //  - BM_read_fma/F/cold: a read loop with F independent vector FMAs per 64-byte line, all threads, over
-//    256 KiB per thread (in L2) or a 512 MiB buffer (from memory). Its in-cache rate is set by F; from
+//    256 KiB per thread (in L2) or a 512 MiB buffer (from memory), on huge pages where the kernel offers them. Its in-cache rate is set by F; from
 //    memory it shows how much of the read bandwidth a core keeps while it also computes (F = 0: the
 //    lines are only ORed together, the plain read).
 //  - BM_issue/OP: one thread, 16 independent chains of one 512-bit instruction form (or two forms
@@ -10,12 +10,11 @@
 #include <benchmark/benchmark.h>
 #include <immintrin.h>
 #include <omp.h>
-#include <sys/mman.h>
 
 #include <chrono>
 #include <cstdint>
-#include <cstdlib>
-#include <vector>
+
+#include "formats/host_memory.h"
 
 // GCC 12 warns inside its own AVX-512 intrinsic headers (their undefined merge operand) when the
 // intrinsics are used under a target attribute; the probes' values are all defined.
@@ -63,8 +62,8 @@ float read_fma_f(int64_t f, const float* p, size_t n) {
   }
 }
 
-// range(0): F (0, 1, 2, 4, 8, 16); range(1): 1 = from memory (512 MiB on huge pages where offered), 0 =
-// 256 KiB per thread. Bytes/s over all threads, of the F loop's passes only (manual time); each is
+// range(0): F (0, 1, 2, 4, 8, 16); range(1): 1 = from memory (512 MiB), 0 = 256 KiB per thread; on
+// huge pages where the kernel offers them (HugePageBuffer). Bytes/s over all threads, of the F loop's passes only (manual time); each is
 // preceded by a plain pass (F = 0) over the same data, and "of_plain" is the F loop's rate over the
 // plain passes' (on a shared host memory's rate moves within a second; the pair shares the moment).
 void BM_read_fma(benchmark::State& state) {
@@ -73,9 +72,9 @@ void BM_read_fma(benchmark::State& state) {
   const bool cold = state.range(1) != 0;
   const int threads = omp_get_max_threads();
   const size_t per = cold ? (size_t(512) << 20) / 4 / size_t(threads) / 128 * 128 : (size_t(256) << 10) / 4;
-  const size_t total = per * size_t(threads), huge = size_t(2) << 20;
-  float* buf = static_cast<float*>(std::aligned_alloc(huge, (total * 4 + huge - 1) / huge * huge));
-  if (cold) madvise(buf, total * 4, MADV_HUGEPAGE);
+  const size_t total = per * size_t(threads);
+  m3::HugePageBuffer mem(total * 4, "the BM_read_fma buffer");
+  float* buf = reinterpret_cast<float*>(mem.data());
 #pragma omp parallel for schedule(static)
   for (size_t i = 0; i < total; ++i) buf[i] = float(i & 7) * 0.25f;
   const int passes = cold ? 1 : 256;  // in cache: 64 MiB per thread per timed pass
@@ -103,7 +102,6 @@ void BM_read_fma(benchmark::State& state) {
   state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(total * 4) * passes);
   state.counters["of_plain"] = plain / with_f;
   state.counters["threads"] = threads;
-  std::free(buf);
 }
 BENCHMARK(BM_read_fma)->ArgsProduct({{0, 1, 2, 4, 8, 16}, {0, 1}})->UseManualTime();
 

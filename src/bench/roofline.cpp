@@ -132,6 +132,13 @@ __attribute__((target("avx512f"))) float fma_loop_avx512(int64_t iters, float se
   return out[0] + out[15];
 }
 
+// The median of v (the mean of the two middle values for an even count); v non-empty.
+double median_of(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
 struct Row {
   std::string cls, how;
   double t = 0, bytes = 0, flops = 0;
@@ -217,10 +224,7 @@ ResidentRate resident_rate(const Linear& L, int threads) {
   ResidentRate res;
   if (L.empty() || L.N < tr || L.K <= 0) return res;
   const int64_t rp = std::min<int64_t>(128, L.N / tr * tr);
-  const double bytes = L.bf16_packed    ? double(L.bf16_packed_bytes)  // as the decode step reads it (lin below)
-                       : L.bf16_nibbles ? double(L.bf16_nibbles_bytes)
-                                        : double(L.bytes());
-  const double bytes_per_weight = bytes / double(L.N * L.K);
+  const double bytes_per_weight = double(L.decode_bytes()) / double(L.N * L.K);
   // Rounds of about 1 ms, the best kept per thread (on a shared host a round can lose its core).
   const int reps = int(std::max<int64_t>(20, int64_t(5e7) / (rp * L.K))), rounds = 7;
   const CpuOps& ops = cpu_ops();
@@ -475,8 +479,8 @@ void run_roofline(const RooflineOptions& o) {
       if (L.empty() || rows == 0) return;
       const double t = best_time(o.repeats, [&] { linear_forward(L, x.data(), rows, y.data()); });
       // A packed BF16 matrix (pack_bf16_tiles) is read packed by steps of up to 40 tokens.
-      const double wb = L.bf16_packed && rows <= 40  ? double(L.bf16_packed_bytes)
-                        : L.bf16_nibbles && rows == 1 ? double(L.bf16_nibbles_bytes)
+      const double wb = rows == 1                    ? double(L.decode_bytes())
+                        : L.bf16_packed && rows <= 40 ? double(L.bf16_packed_bytes)
                                                       : double(L.bytes());
       add(cls, "linear_forward on the real weights", t, wb + 4.0 * rows * (L.K + L.N), 2.0 * rows * L.N * L.K);
     };
@@ -590,13 +594,11 @@ void run_roofline(const RooflineOptions& o) {
   };
 
   measure_roofs();
-  std::map<std::string, double> cache_gbs;  // per class: GB/s of its bytes with the rows in cache
   std::printf("decode kernels in cache (one token, up to 128 rows per thread resident, all threads, the faster of two\n"
               "  measurements before and after the timed steps: the rate a class would reach if reading memory cost\n"
               "  nothing; its first matrix):\n");
   for (const ClassRoof& r : roofs) {
     if (r.best.gws <= 0) continue;
-    cache_gbs[r.cls] = r.best.gbs;
     std::printf("  %-22s %-5s %7.2f G weights/s = %7.2f GB/s = %.2fx read BW\n", r.cls, linear_kind_name(r.L->kind),
                 r.best.gws, r.best.gbs, r.best.gbs / lim.read_gbs);
   }
@@ -620,12 +622,12 @@ void run_roofline(const RooflineOptions& o) {
     double roof_t = 0, roof_b = 0;
     std::string bound;
     for (const Row& r : decode_rows) {
-      const auto it = cache_gbs.find(r.cls);
-      if (it == cache_gbs.end()) continue;
-      roof_t += r.bytes / (std::min(it->second, lim.read_gbs) * 1e9);
+      const auto it = std::find_if(roofs.begin(), roofs.end(), [&](const ClassRoof& cr) { return r.cls == cr.cls; });
+      if (it == roofs.end() || it->best.gws <= 0) continue;
+      const double gbs = it->best.gbs;  // the class's in-cache rate
+      roof_t += r.bytes / (std::min(gbs, lim.read_gbs) * 1e9);
       roof_b += r.bytes;
-      if (it->second < lim.read_gbs)
-        bound += fmt::format("{}{} {:.2f}x", bound.empty() ? "" : ", ", r.cls, it->second / lim.read_gbs);
+      if (gbs < lim.read_gbs) bound += fmt::format("{}{} {:.2f}x", bound.empty() ? "" : ", ", r.cls, gbs / lim.read_gbs);
     }
     if (roof_t > 0)
       std::printf("  decode roof (each weight class at the lower of its in-cache rate and the read BW, as if reads and\n"
@@ -636,11 +638,8 @@ void run_roofline(const RooflineOptions& o) {
   }
   std::string runs;
   for (double p : paired) runs += fmt::format("{}{:.0f}%", runs.empty() ? "" : " ", 100 * p);
-  std::sort(paired.begin(), paired.end());
-  const size_t np = paired.size();
-  const double median = np % 2 ? paired[np / 2] : 0.5 * (paired[np / 2 - 1] + paired[np / 2]);
   std::printf("  paired with a read probe just before each run: weights at %s of it (median %.0f%%)\n", runs.c_str(),
-              100 * median);
+              100 * median_of(paired));
   {
     std::sort(inter.begin(), inter.end());
     std::sort(inter_ms.begin(), inter_ms.end());
@@ -653,13 +652,10 @@ void run_roofline(const RooflineOptions& o) {
   if (!ratios.empty()) {
     std::string rs;
     for (double x : ratios) rs += fmt::format("{}{:.2f}", rs.empty() ? "" : " ", x);
-    std::sort(ratios.begin(), ratios.end());
-    const size_t nr = ratios.size();
-    const double rmed = nr % 2 ? ratios[nr / 2] : 0.5 * (ratios[nr / 2 - 1] + ratios[nr / 2]);
     std::printf("  against context %lld, run right after each (best %.3f ms): rate at %lld over rate at %lld, per pair "
                 "%s (median %.2f)\n",
                 (long long)o.compare_context, steady_cmp * 1e3, (long long)o.context, (long long)o.compare_context,
-                rs.c_str(), rmed);
+                rs.c_str(), median_of(ratios));
   }
   // At long context the K/V and index-key rows add to the weights (the bytes that bound decode there).
   std::printf("  everything a step reads (weights, K/V and index-key rows, activations; as the table counts): %.1f MB, "

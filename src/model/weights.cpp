@@ -131,11 +131,8 @@ int Weights::tile_for_decode() {
   // kernels (pack_bf16_tiles: about 77% of its bytes; the tiled copy stays for panels). Measured: mid
   // m3-mxfp8 and m31, whose 134 MB lm_head is about a third of a token's weight bytes (see README).
   // The AVX2 decode kernels read their own packing of it (pack_bf16_nibbles, about 77% too).
-  const std::string isa = cpu_ops().name;
-  if (isa == "avx512" && pack_bf16_tiles(lm_head_, lm_head_packed_))
-    active_bytes_ += double(lm_head_.bf16_packed_bytes) - double(lm_head_.bytes());
-  else if (isa == "avx2" && pack_bf16_nibbles(lm_head_, lm_head_packed_))
-    active_bytes_ += double(lm_head_.bf16_nibbles_bytes) - double(lm_head_.bytes());
+  if (pack_bf16_for_decode(lm_head_, lm_head_packed_))
+    active_bytes_ += double(lm_head_.decode_bytes()) - double(lm_head_.bytes());
   return n;
 }
 

@@ -306,6 +306,13 @@ bool pack_bf16_nibbles(Linear& W, AlignedVector<uint8_t>& out) {
   return true;
 }
 
+bool pack_bf16_for_decode(Linear& W, AlignedVector<uint8_t>& out) {
+  const std::string isa = cpu_ops().name;
+  if (isa == "avx512") return pack_bf16_tiles(W, out);
+  if (isa == "avx2") return pack_bf16_nibbles(W, out);
+  return false;
+}
+
 bool enable_int8_activations(Linear& W) {
   if (W.kind != LinearKind::NVFP4 || W.K % 128 != 0 || W.tiled) return false;
   W.act_int8 = true;

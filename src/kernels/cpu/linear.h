@@ -51,6 +51,10 @@ struct Linear {
 
   bool empty() const { return kind == LinearKind::None; }
   size_t bytes() const;  // bytes read for one full pass over the matrix
+  // Bytes a one-token step reads: the packed BF16 form where the matrix has one, else bytes().
+  size_t decode_bytes() const {
+    return bf16_packed ? bf16_packed_bytes : bf16_nibbles ? bf16_nibbles_bytes : bytes();
+  }
   size_t row_bytes() const { return N ? bytes() / size_t(N) : 0; }
   size_t element_row_bytes() const;  // one row's element bytes (no scales)
 };
@@ -136,6 +140,9 @@ constexpr uint32_t kBf16PackedEscape = 0xffffffffu;
 // escaped row's chunk is read from the tiled bytes, which stay. Fills `out`, sets W.bf16_nibbles; false
 // (nothing done) unless W is tiled BF16 with K % 32 == 0 and at least one tile.
 bool pack_bf16_nibbles(Linear& W, AlignedVector<uint8_t>& out);
+// The packing the dispatched one-token kernels read: pack_bf16_tiles where cpu_ops() is the avx512 build,
+// pack_bf16_nibbles where it is the avx2 one; false (nothing done) elsewhere or where W does not pack.
+bool pack_bf16_for_decode(Linear& W, AlignedVector<uint8_t>& out);
 constexpr uint8_t kBf16NibblesEscape = 0x80;
 constexpr int64_t kBf16NibbleSlot = 196;
 
