@@ -1,9 +1,10 @@
 // Google Benchmark probes of the CPU itself (part of kernels_bench), behind the README's account of
 // what bounds the one-token decode kernels:
-//  - BM_read_fma/F/cold: a read loop with F independent vector FMAs per 64-byte line, all threads, over
+//  - BM_read_fma/F/cold/PF: a read loop with F independent vector FMAs per 64-byte line, all threads, over
 //    256 KiB per thread (in L2) or a 512 MiB buffer (from memory), on huge pages where the kernel offers them. Its in-cache rate is set by F; from
 //    memory it shows how much of the read bandwidth a core keeps while it also computes (F = 0: the
-//    lines are only ORed together, the plain read).
+//    lines are only ORed together, the plain read); PF = 8: each line also prefetched (into L2) 8 KiB
+//    ahead, as the decode kernels prefetch their next tiles.
 //  - BM_issue/OP: one thread, 16 independent chains of one 512-bit instruction form (or two forms
 //    alternated), instructions per ns: which forms share execution pipes.
 // AVX-512 (F, BW, VBMI, GFNI) only, chosen at run time; skipped elsewhere.
@@ -30,13 +31,16 @@ bool have_probe_isa() {
          __builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("gfni");
 }
 
-// Eight lines per step, line u feeding F of eight accumulators (F = 0: ORed into accumulator u).
-template <int F>
+// Eight lines per step, line u feeding F of eight accumulators (F = 0: ORed into accumulator u);
+// PF: the step's lines prefetched 8 KiB ahead into L2 (prefetches past the end are harmless).
+template <int F, bool PF>
 M3_PROBE_TARGET float read_fma(const float* p, size_t n) {
   __m512 a[8];
   for (int j = 0; j < 8; ++j) a[j] = _mm512_setzero_ps();
   const __m512 c = _mm512_set1_ps(1.0001f);
-  for (size_t i = 0; i + 128 <= n; i += 128)
+  for (size_t i = 0; i + 128 <= n; i += 128) {
+    if constexpr (PF)
+      for (int u = 0; u < 8; ++u) _mm_prefetch(reinterpret_cast<const char*>(p + i + 16 * u) + 8192, _MM_HINT_T1);
 #pragma GCC unroll 8
     for (int u = 0; u < 8; ++u) {
       const __m512 v = _mm512_load_ps(p + i + 16 * u);
@@ -44,6 +48,7 @@ M3_PROBE_TARGET float read_fma(const float* p, size_t n) {
 #pragma GCC unroll 16
       for (int f = 0; f < F; ++f) a[(u + f) & 7] = _mm512_fmadd_ps(v, c, a[(u + f) & 7]);
     }
+  }
   __m512 s = a[0];
   for (int j = 1; j < 8; ++j) s = _mm512_add_ps(s, a[j]);
   float out[16];
@@ -51,25 +56,29 @@ M3_PROBE_TARGET float read_fma(const float* p, size_t n) {
   return out[0] + out[15];
 }
 
+template <bool PF>
 float read_fma_f(int64_t f, const float* p, size_t n) {
   switch (f) {
-    case 0: return read_fma<0>(p, n);
-    case 1: return read_fma<1>(p, n);
-    case 2: return read_fma<2>(p, n);
-    case 4: return read_fma<4>(p, n);
-    case 8: return read_fma<8>(p, n);
-    default: return read_fma<16>(p, n);
+    case 0: return read_fma<0, PF>(p, n);
+    case 1: return read_fma<1, PF>(p, n);
+    case 2: return read_fma<2, PF>(p, n);
+    case 4: return read_fma<4, PF>(p, n);
+    case 8: return read_fma<8, PF>(p, n);
+    case 12: return read_fma<12, PF>(p, n);
+    default: return read_fma<16, PF>(p, n);
   }
 }
 
-// range(0): F (0, 1, 2, 4, 8, 16); range(1): 1 = from memory (512 MiB), 0 = 256 KiB per thread; on
-// huge pages where the kernel offers them (HugePageBuffer). Bytes/s over all threads, of the F loop's passes only (manual time); each is
-// preceded by a plain pass (F = 0) over the same data, and "of_plain" is the F loop's rate over the
-// plain passes' (on a shared host memory's rate moves within a second; the pair shares the moment).
+// range(0): F (0, 1, 2, 4, 8, 12, 16); range(1): 1 = from memory (512 MiB), 0 = 256 KiB per thread; on
+// huge pages where the kernel offers them (HugePageBuffer); range(2): 8 = the F loop prefetches 8 KiB
+// ahead, 0 = it does not. Bytes/s over all threads, of the F loop's passes only (manual time); each is
+// preceded by a plain pass (F = 0, no prefetch) over the same data, and "of_plain" is the F loop's rate
+// over the plain passes' (on a shared host memory's rate moves within a second; the pair shares the
+// moment).
 void BM_read_fma(benchmark::State& state) {
   if (!have_probe_isa()) return state.SkipWithError("needs AVX-512 F/BW/VBMI and GFNI");
   const int64_t f = state.range(0);
-  const bool cold = state.range(1) != 0;
+  const bool cold = state.range(1) != 0, pf = state.range(2) != 0;
   const int threads = omp_get_max_threads();
   const size_t per = cold ? (size_t(512) << 20) / 4 / size_t(threads) / 128 * 128 : (size_t(256) << 10) / 4;
   const size_t total = per * size_t(threads);
@@ -78,14 +87,14 @@ void BM_read_fma(benchmark::State& state) {
 #pragma omp parallel for schedule(static)
   for (size_t i = 0; i < total; ++i) buf[i] = float(i & 7) * 0.25f;
   const int passes = cold ? 1 : 256;  // in cache: 64 MiB per thread per timed pass
-  auto timed_pass = [&](int64_t ff) {
+  auto timed_pass = [&](int64_t ff, bool with_pf) {
     float sink = 0;
     const auto t0 = std::chrono::steady_clock::now();
 #pragma omp parallel reduction(+ : sink)
     {
       const float* p = buf + per * size_t(omp_get_thread_num());
       for (int r = 0; r < passes; ++r) {
-        sink += read_fma_f(ff, p, per);
+        sink += with_pf ? read_fma_f<true>(ff, p, per) : read_fma_f<false>(ff, p, per);
         asm volatile("" : : "r"(p) : "memory");  // a pass per call (the loop reads memory only)
       }
     }
@@ -94,8 +103,8 @@ void BM_read_fma(benchmark::State& state) {
   };
   double plain = 0, with_f = 0;
   for (auto _ : state) {
-    plain += timed_pass(0);
-    const double t = timed_pass(f);
+    plain += timed_pass(0, false);
+    const double t = timed_pass(f, pf);
     with_f += t;
     state.SetIterationTime(t);
   }
@@ -103,7 +112,7 @@ void BM_read_fma(benchmark::State& state) {
   state.counters["of_plain"] = plain / with_f;
   state.counters["threads"] = threads;
 }
-BENCHMARK(BM_read_fma)->ArgsProduct({{0, 1, 2, 4, 8, 16}, {0, 1}})->UseManualTime();
+BENCHMARK(BM_read_fma)->ArgsProduct({{0, 1, 2, 4, 8, 12, 16}, {0, 1}, {0, 8}})->UseManualTime();
 
 // Instruction forms for BM_issue: x -> op(x) with the other operands constant.
 enum Op { kFma, kVpermps, kVpermt2ps, kVpermb, kVpermt2b, kVpshufb, kAffine, kUnpack, kShift, kAnd, kAdd };
