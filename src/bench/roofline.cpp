@@ -132,6 +132,15 @@ __attribute__((target("avx512f"))) float fma_loop_avx512(int64_t iters, float se
   return out[0] + out[15];
 }
 
+// The weight classes' row names: the decode table's rows and the decode roof's in-cache rates (one
+// matrix per class, ClassRoof) are matched by them.
+constexpr const char* kAttnProjections = "attention projections";
+constexpr const char* kIndexProjections = "index projections";
+constexpr const char* kDenseMlp = "dense MLP";
+constexpr const char* kRoutedExperts = "routed experts";
+constexpr const char* kSharedExpert = "shared expert";
+constexpr const char* kLmHead = "lm_head";
+
 // The median of v (the mean of the two middle values for an even count); v non-empty.
 double median_of(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -346,8 +355,8 @@ void run_roofline(const RooflineOptions& o) {
       if (c.moe_layer[l] && !shared && L.has_shared) shared = &L.shared.gate;
     }
     const std::pair<const char*, const Linear*> firsts[] = {
-        {"attention projections", &W.layer(0).attn.q}, {"index projections", index}, {"dense MLP", dense},
-        {"routed experts", routed},                    {"shared expert", shared},   {"lm_head", &W.lm_head()}};
+        {kAttnProjections, &W.layer(0).attn.q}, {kIndexProjections, index}, {kDenseMlp, dense},
+        {kRoutedExperts, routed}, {kSharedExpert, shared}, {kLmHead, &W.lm_head()}};
     for (const auto& [cls, L] : firsts)
       if (L && !L->empty()) roofs.push_back({cls, L, {}});
   }
@@ -496,10 +505,10 @@ void run_roofline(const RooflineOptions& o) {
     for (int l = 0; l < c.n_layers; ++l) {
       const LayerWeights& L = W.layer(l);
       const bool sparse = c.sparse_layer[l];
-      for (const Linear* p : {&L.attn.q, &L.attn.k, &L.attn.v, &L.attn.o}) lin("attention projections", *p, T);
+      for (const Linear* p : {&L.attn.q, &L.attn.k, &L.attn.v, &L.attn.o}) lin(kAttnProjections, *p, T);
       if (sparse) {
-        lin("index projections", L.attn.index_q, T);
-        lin("index projections", L.attn.index_k, T);
+        lin(kIndexProjections, L.attn.index_q, T);
+        lin(kIndexProjections, L.attn.index_k, T);
       }
       // Attention over the filled cache.
       PagedKV view(pool, table, start + T);
@@ -565,9 +574,9 @@ void run_roofline(const RooflineOptions& o) {
           double(G) * att_tokens * 2 * double(kv_row_bytes(kvd, D)), 4.0 * c.n_heads * att_tokens * D);
       // FFN.
       if (!c.moe_layer[l]) {
-        lin("dense MLP", L.mlp.gate, T);
-        lin("dense MLP", L.mlp.up, T);
-        lin("dense MLP", L.mlp.down, T);
+        lin(kDenseMlp, L.mlp.gate, T);
+        lin(kDenseMlp, L.mlp.up, T);
+        lin(kDenseMlp, L.mlp.down, T);
         continue;
       }
       const double t_route = best_time(o.repeats, [&] { moe_route(c, L, m.data(), T, RouteDecision{ex.data(), ew.data()}); });
@@ -577,17 +586,17 @@ void run_roofline(const RooflineOptions& o) {
       for (int e = 0; e < c.n_experts; ++e) {
         if (!count[size_t(e)]) continue;
         const ExpertWeights& E = L.experts[size_t(e)];
-        lin("routed experts", E.gate, count[size_t(e)]);
-        lin("routed experts", E.up, count[size_t(e)]);
-        lin("routed experts", E.down, count[size_t(e)]);
+        lin(kRoutedExperts, E.gate, count[size_t(e)]);
+        lin(kRoutedExperts, E.up, count[size_t(e)]);
+        lin(kRoutedExperts, E.down, count[size_t(e)]);
       }
       if (L.has_shared) {
-        lin("shared expert", L.shared.gate, T);
-        lin("shared expert", L.shared.up, T);
-        lin("shared expert", L.shared.down, T);
+        lin(kSharedExpert, L.shared.gate, T);
+        lin(kSharedExpert, L.shared.up, T);
+        lin(kSharedExpert, L.shared.down, T);
       }
     }
-    lin("lm_head", W.lm_head(), 1);  // logits for the last token only, as forward() does
+    lin(kLmHead, W.lm_head(), 1);  // logits for the last token only, as forward() does
     std::vector<Row> rows;
     for (auto& k : order) rows.push_back(acc[k]);
     return rows;
