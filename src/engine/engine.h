@@ -77,8 +77,9 @@ class Engine {
   Engine(Model& model, const Tokenizer* tok, const EngineConfig& cfg);
   ~Engine();
 
-  // Queues a request. Throws m3::Error for an invalid one (empty or too long prompt, bad params,
-  // duplicate id).
+  // Queues a request. Throws m3::Error for an invalid one (empty prompt, prompt + max_tokens over
+  // max-model-len, bad params, duplicate id). Every request accepted runs to completion: at most
+  // max-model-len tokens, which the pool holds alone.
   void add_request(const std::string& id, std::vector<int32_t> prompt, const SamplingParams& params);
   // Ends a request at once and frees its pages; returns false if it is unknown or finished.
   bool abort(const std::string& id);
@@ -91,6 +92,7 @@ class Engine {
   int block_size() const { return block_size_; }
   int64_t capacity_tokens() const { return pool_pages_ * block_size_; }
   int64_t num_pages() const { return pool_pages_; }
+  // In force: --max-model-len, else the smaller of max_position_embeddings and the pool's capacity.
   int64_t max_model_len() const { return max_model_len_; }
   std::string describe() const;  // one line for the start-up log
   const BlockPool& block_pool() const { return *blocks_; }
@@ -114,6 +116,7 @@ class Engine {
   int block_size_ = 128;
   int64_t pool_pages_ = 0;
   int64_t max_model_len_ = 0;
+  bool max_model_len_from_pool_ = false;  // no --max-model-len: the pool's capacity was taken
   int32_t eos_ = -1;
   KVDtype kv_dtype_, ik_dtype_;
   std::unique_ptr<KVPool> kv_;
