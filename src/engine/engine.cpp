@@ -2,6 +2,7 @@
 #include "engine/engine.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -174,6 +175,26 @@ void Engine::add_request(const std::string& id, std::vector<int32_t> prompt, con
   seqs_.emplace(id, std::move(s));
 }
 
+void Engine::set_kv_event_sink(KvEventSink* sink) {
+  kv_sink_ = sink;
+  kv_events_.clear();
+  blocks_->set_event_log(sink ? &kv_events_ : nullptr);
+}
+
+void Engine::flush_kv_events() {
+  if (!kv_sink_ || kv_events_.empty()) return;
+  const double ts = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  kv_sink_->publish(ts, block_size_, std::move(kv_events_));
+  kv_events_.clear();
+}
+
+bool Engine::reset_prefix_cache() {
+  if (!cfg_.enable_prefix_caching) return false;
+  blocks_->clear_cache();
+  flush_kv_events();
+  return true;
+}
+
 bool Engine::abort(const std::string& id) {
   auto it = seqs_.find(id);
   if (it == seqs_.end()) return false;
@@ -329,6 +350,7 @@ std::vector<RequestOutput> Engine::step() {
     if (sched_->has_work())
       throw std::logic_error("scheduler made no progress with " + std::to_string(sched_->num_running()) +
                              " running and " + std::to_string(sched_->num_waiting()) + " waiting requests");
+    flush_kv_events();
     return outs;
   }
   const int64_t V = model_.config().vocab;
@@ -427,6 +449,7 @@ std::vector<RequestOutput> Engine::step() {
     outs.push_back(std::move(out));
   }
   for (const auto& id : done) seqs_.erase(id);
+  flush_kv_events();
   return outs;
 }
 

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "engine/block_pool.h"
+#include "engine/kv_events.h"
 #include "engine/kv_format.h"
 #include "engine/kv_pool.h"
 #include "formats/host_memory.h"
@@ -86,6 +87,12 @@ class Engine {
   // Runs one step; returns the outputs of the requests that advanced or finished.
   std::vector<RequestOutput> step();
   bool has_work() const { return sched_->has_work(); }
+  // KV cache events (pages entering and leaving the prefix cache) go to `sink` after each step; null
+  // turns them off. The sink must outlive the engine's steps.
+  void set_kv_event_sink(KvEventSink* sink);
+  // Drops every cached page identity (vLLM's /reset_prefix_cache); running requests go on. Emits
+  // AllBlocksCleared. Returns false when prefix caching is off.
+  bool reset_prefix_cache();
 
   EngineStats stats() const;
   const EngineConfig& config() const { return cfg_; }
@@ -102,6 +109,7 @@ class Engine {
 
  private:
   void finish(Sequence* s, FinishReason r, RequestOutput& out);
+  void flush_kv_events();
   bool check_stop(Sequence* s, RequestOutput& out);
   // Emits token t for s (logprobs from `logits`, the raw target row); true when s finished.
   bool emit(Sequence* s, int32_t t, const float* logits, RequestOutput& out);
@@ -129,6 +137,8 @@ class Engine {
   std::vector<BatchItem> items_;
   std::vector<std::unique_ptr<PagedKV>> views_;
   std::vector<std::vector<int32_t>> step_tokens_;  // per scheduled chunk, reused across steps
+  KvEventSink* kv_sink_ = nullptr;
+  std::vector<KvCacheEvent> kv_events_;  // this step's, recorded by the block pool while a sink is set
 
   // DSpark (null when speculative decoding is off). The draft's K/V live in a second pool indexed
   // by the same page ids, so prefix caching, preemption and rollback treat them like the target's.
