@@ -68,10 +68,7 @@ KvEventsConfig KvEventsConfig::parse(const std::string& text) {
 std::string KvEventsConfig::describe() const {
   if (!enable_kv_cache_events) return "KV events off";
   if (!publishing()) return "KV events off (publisher \"null\")";
-  std::string s = "KV events published on " + endpoint + " (ZMQ PUB, topic \"" + topic + "\")";
-  if (!replay_endpoint.empty())
-    s += ", replay on " + replay_endpoint + " (last " + std::to_string(buffer_steps) + " batches)";
-  return s;
+  return "KV events published on " + endpoint + " (ZMQ PUB, topic \"" + topic + "\")";
 }
 
 }  // namespace m3::events
