@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
-# Starts N m3serve instances and nginx in front of them on this machine, for a try-out of a multi-
-# instance deployment (deploy/nginx/m3serve.conf: session affinity, least-busy for the rest, passive
-# health checks, unbuffered streams).
+# Starts N m3serve instances and a proxy in front of them on this machine, for a try-out of a multi-
+# instance deployment: nginx (deploy/nginx/m3serve.conf) or HAProxy (deploy/haproxy/m3serve.cfg), both
+# with session affinity, least-busy for the rest, retries on another instance, unbuffered streams;
+# HAProxy also polls /health.
 #
 #   deploy/run-local.sh MODEL N [PORT] [-- serve flags...]
 #
-# nginx listens on 127.0.0.1:PORT (default 8000); instance i on PORT+i. Prints "ready: URL" once every
-# instance answers /health through nginx; Ctrl-C (or SIGTERM) stops everything.
-# Environment: M3SERVE (default: build/m3serve next to this folder), WORKDIR (logs, nginx files;
-# default a new temporary folder), AFFINITY=0 (plain round robin instead of session affinity, to compare).
+# The proxy listens on 127.0.0.1:PORT (default 8000); instance i on PORT+i. Prints "ready: URL" once
+# every instance answers /health through the proxy; Ctrl-C (or SIGTERM) stops everything.
+# Environment: M3SERVE (default: build/m3serve next to this folder), WORKDIR (logs, proxy files;
+# default a new temporary folder), PROXY=nginx|haproxy (default nginx), AFFINITY=0 (nginx: plain round
+# robin instead of session affinity, to compare).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 [ $# -ge 2 ] || { sed -n '2,11p' "$0"; exit 2; }
@@ -21,14 +23,18 @@ if [ $# -gt 0 ] && [ "$1" != -- ]; then PORT=$1; shift; fi
 M3SERVE=${M3SERVE:-$here/../build/m3serve}
 WORKDIR=${WORKDIR:-$(mktemp -d /tmp/m3deploy.XXXXXX)}
 AFFINITY=${AFFINITY:-1}
-command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || { echo "nginx is needed (apt-get install nginx)" >&2; exit 1; }
-NGINX=$(command -v nginx || echo /usr/sbin/nginx)
-mkdir -p "$WORKDIR/nginx"
+PROXY=${PROXY:-nginx}
+case $PROXY in nginx|haproxy) ;; *) echo "PROXY must be nginx or haproxy" >&2; exit 2 ;; esac
+PROXY_BIN=$(command -v "$PROXY" || echo "/usr/sbin/$PROXY")
+[ -x "$PROXY_BIN" ] || { echo "$PROXY is needed (apt-get install $PROXY)" >&2; exit 1; }
+mkdir -p "$WORKDIR/nginx" "$WORKDIR/haproxy"
 
 pids=()
 stop() {
   trap - EXIT INT TERM
-  [ -f "$WORKDIR/nginx/nginx.pid" ] && kill "$(cat "$WORKDIR/nginx/nginx.pid")" 2>/dev/null || true
+  for f in "$WORKDIR/nginx/nginx.pid" "$WORKDIR/haproxy/haproxy.pid"; do
+    [ -f "$f" ] && kill "$(cat "$f")" 2>/dev/null || true
+  done
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
 }
@@ -74,11 +80,22 @@ for i in $(seq 1 "$N"); do
     sleep 0.1
   done
 done
-"$NGINX" -p "$WORKDIR/nginx" -c "$WORKDIR/nginx/nginx.conf"
-for t in $(seq 1 100); do
+if [ "$PROXY" = nginx ]; then
+  "$PROXY_BIN" -p "$WORKDIR/nginx" -c "$WORKDIR/nginx/nginx.conf"
+else
+  hservers=""
+  for i in $(seq 1 "$N"); do hservers+="    server m3_$i 127.0.0.1:$((PORT + i))\n"; done
+  awk -v servers="$hservers" -v port="$PORT" '
+    /^ *server m3_[0-9]+ / { if (!done[block]++) printf "%s", servers; next }
+    /^backend / { block = $2 }
+    /^ *bind 127\.0\.0\.1:/ { sub(/:[0-9]+$/, ":" port) }
+    { print }' "$here/haproxy/m3serve.cfg" >"$WORKDIR/haproxy/m3serve.cfg"
+  "$PROXY_BIN" -D -p "$WORKDIR/haproxy/haproxy.pid" -f "$WORKDIR/haproxy/m3serve.cfg" 2>"$WORKDIR/haproxy/error.log"
+fi
+for t in $(seq 1 200); do
   curl -s -o /dev/null --max-time 2 "http://127.0.0.1:$PORT/health" && break
-  [ "$t" = 100 ] && { echo "nginx never answered:" >&2; cat "$WORKDIR/nginx/error.log" >&2; exit 1; }
+  [ "$t" = 200 ] && { echo "$PROXY never answered:" >&2; cat "$WORKDIR/$PROXY/error.log" >&2; exit 1; }
   sleep 0.1
 done
-echo "ready: http://127.0.0.1:$PORT ($N instances on ports $((PORT + 1))-$((PORT + N)), affinity $AFFINITY; logs in $WORKDIR)"
+echo "ready: http://127.0.0.1:$PORT ($PROXY, $N instances on ports $((PORT + 1))-$((PORT + N)), affinity $AFFINITY; logs in $WORKDIR)"
 wait "${pids[@]}"
