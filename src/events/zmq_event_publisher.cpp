@@ -69,20 +69,26 @@ ZmqEventPublisher::~ZmqEventPublisher() {
 }
 
 void ZmqEventPublisher::publish(double ts, int block_size, std::vector<KvCacheEvent>&& events) {
+  const auto t0 = std::chrono::steady_clock::now();
+  bool queued = false;
   {
     std::lock_guard lk(mu_);
     if (int64_t(queue_.size()) >= cfg_.max_queue_size) {
       dropped_.fetch_add(1, std::memory_order_relaxed);
-      return;
+    } else {
+      queue_.push_back(Batch{ts, block_size, std::move(events)});
+      ++enqueued_;
+      queued = true;
     }
-    queue_.push_back(Batch{ts, block_size, std::move(events)});
-    ++enqueued_;
   }
-  cv_.notify_one();
+  if (queued) cv_.notify_one();
+  publish_ns_.fetch_add(uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                     std::chrono::steady_clock::now() - t0).count()),
+                        std::memory_order_relaxed);
 }
 
 ZmqEventPublisher::Stats ZmqEventPublisher::stats() const {
-  return Stats{published_.load(), dropped_.load(), events_.load()};
+  return Stats{published_.load(), dropped_.load(), events_.load(), double(publish_ns_.load()) * 1e-9};
 }
 
 bool ZmqEventPublisher::flush(std::chrono::milliseconds timeout) {

@@ -36,6 +36,7 @@ class ZmqEventPublisher : public KvEventSink {
     uint64_t published = 0;  // batches sent (= the next sequence number)
     uint64_t dropped = 0;    // batches dropped because the queue was full
     uint64_t events = 0;     // events in the batches sent
+    double publish_seconds = 0;  // time the engine thread spent in publish() (the cost to a step)
   };
   Stats stats() const;
   // Waits until every batch queued before the call has been sent (or the timeout passed); true if so.
@@ -64,7 +65,7 @@ class ZmqEventPublisher : public KvEventSink {
   uint64_t enqueued_ = 0;  // batches accepted into the queue so far
   bool stop_ = false;
   std::deque<std::pair<uint64_t, std::string>> replay_buffer_;  // publisher thread only
-  std::atomic<uint64_t> published_{0}, dropped_{0}, events_{0};
+  std::atomic<uint64_t> published_{0}, dropped_{0}, events_{0}, publish_ns_{0};
   std::thread thread_;
 };
 
