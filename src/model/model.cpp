@@ -1,4 +1,4 @@
-// The M3 / M3.1 text forward pass (model.md section 4), written to read like the math:
+// The M3 / M3.1 text forward pass (docs/model.md section 4), written to read like the math:
 // embed -> [norm, attention (dense or MSA), residual, norm, FFN (dense MLP or MoE), residual] x L
 // -> final norm -> lm_head. One step runs any number of sequences together.
 #include "model/model.h"
