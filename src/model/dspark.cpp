@@ -158,8 +158,7 @@ DSparkDraft::DSparkDraft(const std::string& dir, const Model& target)
   }
   // The tiled layout for the decode kernels, as the target's weights (Weights::tile_for_decode): results
   // unchanged (speed: the draft's block pass and fused context are steps of a few rows, which the
-  // kernels decode in registers only from tiles; mid m31 with a 1-layer draft, 3 draft tokens, synthetic
-  // acceptance 2.97, generate --max-tokens 192, two runs each: 71.4-72.3 -> 74.5-75.0 decode tokens/s).
+  // kernels decode in registers only from tiles).
   if (store_->set_writable(true)) {
     for (Layer& L : layers_)
       for (Linear* x : {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down}) tile_rows(*x, const_cast<uint8_t*>(x->w));
