@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -195,6 +196,16 @@ void run_serve(ServeOpts& o, CLI::App* sub) {
   ho.max_body_bytes = o.max_request_bytes;
   ho.threads = o.http_threads;
   server::run_http_server(engine, ctx, ho);
+  if (kv_pub) {
+    kv_pub->flush(std::chrono::milliseconds(1000));
+    const auto ks = kv_pub->stats();
+    const auto es = engine.stats();
+    std::fprintf(stderr,
+                 "[m3serve] KV events: %llu batches (%llu events) published, %llu dropped; publishing took %.3f ms "
+                 "of the engine thread over %lld steps\n",
+                 (unsigned long long)ks.published, (unsigned long long)ks.events, (unsigned long long)ks.dropped,
+                 ks.publish_seconds * 1e3, (long long)es.steps);
+  }
 }
 
 }  // namespace
