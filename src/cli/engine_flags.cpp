@@ -23,6 +23,13 @@ void add_engine_flags(CLI::App* app, EngineFlags& f) {
                   "Cap on the prefill tokens one request takes per step (0 = off)");
   app->add_option("--watermark", c.watermark, "Fraction of KV pages kept free when admitting requests");
   app->add_option("--max-model-len", c.max_model_len, "Maximum prompt + output length (default: the model's)");
+  app->add_option("--kv-offloading-size", c.kv_offloading_gib,
+                  "GiB of a KV tier beyond the pool: evicted prefix pages are kept there and loaded back instead "
+                  "of recomputed (0 = off)");
+  app->add_option("--kv-offloading-backend", f.kv_offloading_backend, "native (the only one here)");
+  app->add_option("--kv-offloading-dir", c.kv_offloading_dir,
+                  "Keep the KV tier in files in this folder (e.g. on NVMe; found again after a restart) instead "
+                  "of host memory");
   app->add_option("--speculative-config", f.speculative_config,
                   "JSON, e.g. '{\"method\":\"dspark\",\"num_speculative_tokens\":7,"
                   "\"draft_sample_method\":\"probabilistic\",\"rejection_sample_method\":\"block\"}'");
@@ -65,6 +72,8 @@ EngineConfig EngineFlags::resolve(std::vector<std::string>* ignored) const {
     }
   }
   c.spec = SpeculativeConfig::parse(speculative_config);
+  if (kv_offloading_backend != "native")
+    throw Error("--kv-offloading-backend " + kv_offloading_backend + " is not available here (native only)");
   return c;
 }
 

@@ -16,6 +16,7 @@ struct EngineFlags {
   std::string speculative_config;  // JSON, vLLM's keys (method dspark)
   bool no_prefix_caching = false;
   bool prefix_caching = false;
+  std::string kv_offloading_backend = "native";
   ModelFlags model;  // load-time model flags (registered with the engine flags)
   // Applies the parsed flags to cfg (call after parsing). Throws m3::Error on bad values. `ignored`,
   // when given, receives the --attention-config keys accepted without effect here (GPU kernel options).

@@ -59,22 +59,25 @@ int32_t BlockPool::allocate() {
   if (head_ < 0) return -1;
   const int32_t b = head_;
   unlink(b);
-  if (has_hash_[b]) {
-    auto range = by_hash_.equal_range(hash_[b]);
-    for (auto it = range.first; it != range.second; ++it)
-      if (it->second == b) {
-        by_hash_.erase(it);
-        break;
-      }
-    has_hash_[b] = 0;
-    if (events_) {
-      if (events_->empty() || events_->back().kind != KvCacheEvent::Kind::Removed)
-        events_->push_back(KvCacheEvent{KvCacheEvent::Kind::Removed, {}, false, 0, {}});
-      events_->back().hashes.push_back(hash_[b]);
-    }
-  }
+  if (has_hash_[b]) drop_identity(b);
   ref_[b] = 1;
   return b;
+}
+
+void BlockPool::drop_identity(int32_t b) {
+  if (on_evict_) on_evict_(b, hash_[b], parent_[b], &tokens_[size_t(b) * block_size_]);
+  auto range = by_hash_.equal_range(hash_[b]);
+  for (auto it = range.first; it != range.second; ++it)
+    if (it->second == b) {
+      by_hash_.erase(it);
+      break;
+    }
+  has_hash_[b] = 0;
+  if (events_) {
+    if (events_->empty() || events_->back().kind != KvCacheEvent::Kind::Removed)
+      events_->push_back(KvCacheEvent{KvCacheEvent::Kind::Removed, {}, false, 0, {}});
+    events_->back().hashes.push_back(hash_[b]);
+  }
 }
 
 void BlockPool::release(int32_t b) {

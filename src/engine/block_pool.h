@@ -5,6 +5,7 @@
 // the stored parent hash and token ids too, so a hash collision can never hand out wrong KV.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <unordered_map>
 #include <vector>
 
@@ -41,6 +42,10 @@ class BlockPool {
   // Records KV cache events into *log (null: off): a page entering the cache, a cached page evicted,
   // the cache cleared. Consecutive pages of one chain are merged into one event.
   void set_event_log(std::vector<KvCacheEvent>* log) { events_ = log; }
+  // Called with a cached page's identity just before it is evicted for reuse (its bytes still intact):
+  // the KV tiers offload it there.
+  using EvictFn = std::function<void(int32_t page, uint64_t hash, uint64_t parent, const int32_t* tokens)>;
+  void set_on_evict(EvictFn f) { on_evict_ = std::move(f); }
   // The hashes of every page now in the prefix cache (held or free), in page order. For tests.
   std::vector<uint64_t> cached_hashes() const;
 
@@ -48,6 +53,7 @@ class BlockPool {
   // The cached page with exactly this identity (hash, parent, tokens), or -1.
   int32_t find_cached(uint64_t hash, uint64_t parent, const int32_t* tokens) const;
   void unlink(int32_t b);
+  void drop_identity(int32_t b);  // eviction: offload hook, index, Removed event
   void push_back(int32_t b);
   void push_front(int32_t b);
 
@@ -62,6 +68,7 @@ class BlockPool {
   int64_t free_count_ = 0;
   std::unordered_multimap<uint64_t, int32_t> by_hash_;
   std::vector<KvCacheEvent>* events_ = nullptr;
+  EvictFn on_evict_;
 };
 
 }  // namespace m3

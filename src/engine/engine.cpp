@@ -119,6 +119,61 @@ Engine::Engine(Model& model, const Tokenizer* tok, const EngineConfig& cfg) : mo
   sc.num_speculative_tokens = draft_ ? cfg.spec.num_speculative_tokens : 0;
   sc.max_model_len = max_model_len_;
   sched_ = std::make_unique<Scheduler>(sc, *blocks_);
+  setup_tiers();
+}
+
+namespace {
+// Loads prefix pages from the tier into the pool, each verified by the codec first.
+class TierLoader : public PrefixLoader {
+ public:
+  TierLoader(KvTier& tier, KvPageCodec& codec, EngineStats& st) : tier_(tier), codec_(codec), st_(st) {}
+  bool load(uint64_t hash, uint64_t parent, const int32_t* tokens, int32_t page) override {
+    if (!tier_.get(hash, blob_)) return false;
+    const std::string why = codec_.import_page(blob_, page, hash, parent, tokens);
+    if (!why.empty()) {
+      // Wrong or damaged bytes are never used: drop them and recompute the page.
+      std::fprintf(stderr, "[m3serve] KV tier (%s): page %016llx refused, recomputed: %s\n", tier_.name(),
+                   (unsigned long long)hash, why.c_str());
+      tier_.erase(hash);
+      ++st_.tier_load_failures;
+      return false;
+    }
+    ++st_.tier_loaded_pages;
+    return true;
+  }
+
+ private:
+  KvTier& tier_;
+  KvPageCodec& codec_;
+  EngineStats& st_;
+  std::string blob_;
+};
+}  // namespace
+
+void Engine::setup_tiers() {
+  if (cfg_.kv_offloading_gib < 0) throw Error("--kv-offloading-size must be >= 0");
+  if (cfg_.kv_offloading_gib == 0) {
+    if (!cfg_.kv_offloading_dir.empty()) throw Error("--kv-offloading-dir needs --kv-offloading-size GiB");
+    return;
+  }
+  if (!cfg_.enable_prefix_caching)
+    throw Error("--kv-offloading-size needs prefix caching (pages are found again by their prefix hash)");
+  const ModelConfig& mc = model_.config();
+  std::string extra = std::string("kv ") + kv_dtype_name(kv_dtype_) + " ik " + kv_dtype_name(ik_dtype_) + " block " +
+                      std::to_string(block_size_);
+  if (draft_) extra += " draft " + std::to_string(model_layout_id(draft_->config().dir, "")) + " " +
+                       kv_dtype_name(draft_kv_dtype_);
+  codec_ = std::make_unique<KvPageCodec>(*kv_, draft_kv_.get(), model_layout_id(mc.dir, extra));
+  tier_ = std::make_unique<LocalKvTier>(int64_t(cfg_.kv_offloading_gib * double(1ull << 30)), cfg_.kv_offloading_dir,
+                                        codec_->layout_id(), codec_->blob_bytes());
+  loader_ = std::make_unique<TierLoader>(*tier_, *codec_, stats_);
+  sched_->set_prefix_loader(loader_.get());
+  // Lazy offload: a page is written to the tier only when the pool evicts it for reuse.
+  blocks_->set_on_evict([this](int32_t page, uint64_t hash, uint64_t parent, const int32_t* tokens) {
+    codec_->export_page(page, hash, parent, tokens, blob_);
+    tier_->put(hash, std::move(blob_));
+    ++stats_.tier_offloaded_pages;
+  });
 }
 
 Engine::~Engine() = default;
@@ -135,6 +190,10 @@ std::string Engine::describe() const {
   if (max_model_len_from_pool_)
     o << " (the most the KV cache holds; the model's max_position_embeddings is "
       << model_.config().max_position_embeddings << ": raise --kv-cache-memory for more)";
+  if (tier_)
+    o << "; KV tier " << tier_->name() << " " << cfg_.kv_offloading_gib << " GiB ("
+      << int64_t(cfg_.kv_offloading_gib * double(1ull << 30)) / int64_t(codec_->blob_bytes()) << " pages"
+      << (cfg_.kv_offloading_dir.empty() ? "" : ", in " + static_cast<LocalKvTier*>(tier_.get())->folder()) << ")";
   if (draft_)
     o << "; " << cfg_.spec.describe() << "; draft " << draft_->config().dir << " (" << draft_->config().n_layers
       << " layers, block " << draft_->config().block_size << ", KV " << kv_dtype_name(draft_kv_dtype_)
@@ -475,6 +534,7 @@ EngineStats Engine::stats() const {
   s.waiting = sched_->num_waiting();
   s.free_pages = blocks_->num_free();
   s.total_pages = blocks_->num_blocks();
+  if (tier_) s.tier = tier_->stats();
   return s;
 }
 

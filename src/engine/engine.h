@@ -12,6 +12,8 @@
 #include "engine/block_pool.h"
 #include "engine/kv_events.h"
 #include "engine/kv_format.h"
+#include "engine/kv_page_codec.h"
+#include "engine/kv_tier.h"
 #include "engine/kv_pool.h"
 #include "formats/host_memory.h"
 #include "engine/sampler.h"
@@ -43,6 +45,10 @@ struct EngineConfig {
   double watermark = 0.01;
   int64_t max_model_len = 0;  // 0 = the model's max_position_embeddings
   SpeculativeConfig spec;     // --speculative-config (DSpark)
+  // Local KV tier (--kv-offloading-size GiB, --kv-offloading-dir): pages evicted from the pool are kept
+  // there and loaded back on a prefix hit instead of being recomputed. 0 = off.
+  double kv_offloading_gib = 0;
+  std::string kv_offloading_dir;  // empty: host memory
 };
 
 struct RequestOutput {
@@ -70,6 +76,11 @@ struct EngineStats {
   int64_t spec_draft_tokens = 0;     // draft tokens proposed
   int64_t spec_accepted_tokens = 0;  // draft tokens accepted
   std::vector<int64_t> spec_accepted_per_pos;  // [num_speculative_tokens]
+  // KV tiers.
+  int64_t tier_offloaded_pages = 0;  // pages written to a tier on eviction
+  int64_t tier_loaded_pages = 0;     // prefix pages loaded back instead of recomputed
+  int64_t tier_load_failures = 0;    // pages a tier held that failed verification (recomputed)
+  KvTierStats tier;                  // the local tier's own counters
 };
 
 class Engine {
@@ -103,6 +114,7 @@ class Engine {
   int64_t max_model_len() const { return max_model_len_; }
   std::string describe() const;  // one line for the start-up log
   const BlockPool& block_pool() const { return *blocks_; }
+  KvTier* kv_tier() { return tier_.get(); }
   bool speculative() const { return draft_ != nullptr; }
   // "drafts N, draft tokens N, accepted N, acceptance length X, per position [..]".
   std::string spec_summary() const;
@@ -110,6 +122,7 @@ class Engine {
  private:
   void finish(Sequence* s, FinishReason r, RequestOutput& out);
   void flush_kv_events();
+  void setup_tiers();
   bool check_stop(Sequence* s, RequestOutput& out);
   // Emits token t for s (logprobs from `logits`, the raw target row); true when s finished.
   bool emit(Sequence* s, int32_t t, const float* logits, RequestOutput& out);
@@ -138,6 +151,11 @@ class Engine {
   std::vector<std::unique_ptr<PagedKV>> views_;
   std::vector<std::vector<int32_t>> step_tokens_;  // per scheduled chunk, reused across steps
   KvEventSink* kv_sink_ = nullptr;
+  // KV tiers (null when off): the codec turns pages into verified blobs, the loader feeds the scheduler.
+  std::unique_ptr<KvPageCodec> codec_;
+  std::unique_ptr<KvTier> tier_;
+  std::unique_ptr<PrefixLoader> loader_;
+  std::string blob_;  // scratch for one page
   std::vector<KvCacheEvent> kv_events_;  // this step's, recorded by the block pool while a sink is set
 
   // DSpark (null when speculative decoding is off). The draft's K/V live in a second pool indexed

@@ -36,6 +36,21 @@ class KVPool {
   size_t kv_row_size() const { return kv_row_; }
   size_t ik_row_size() const { return ik_row_; }
 
+  // Calls f(pointer, bytes) for each contiguous run of one page's bytes over every lane (K and V per
+  // layer and KV head, index keys per sparse layer), always in the same order: the page's whole state,
+  // for copying it out of the pool and back (KV tiers, transfers).
+  template <class F>
+  void for_each_page_run(int64_t page, F&& f) {
+    const size_t kv_run = size_t(block_size_) * kv_row_, ik_run = size_t(block_size_) * ik_row_;
+    for (int l = 0; l < cfg_.n_layers; ++l) {
+      for (int g = 0; g < cfg_.n_kv_heads; ++g) {
+        f(k_row(l, page, 0, g), kv_run);
+        f(v_row(l, page, 0, g), kv_run);
+      }
+      if (cfg_.sparse_layer[l]) f(ik_row(l, page, 0), ik_run);
+    }
+  }
+
  private:
   uint8_t* row(std::vector<HugePageBuffer>& lane, int layer, int64_t page, int slot, int g, size_t rb) {
     // One KV head's rows of a block are contiguous (read in place or decoded as one stream). Dense

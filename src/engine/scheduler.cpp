@@ -60,8 +60,18 @@ int64_t Scheduler::prefix_hit(Sequence* s) {
   const std::vector<int32_t> toks = s->all_tokens();
   uint64_t parent = 0;
   for (int64_t i = 0; i < max_blocks; ++i) {
-    const uint64_t h = hash_block(parent, &toks[size_t(i * B)], B);
-    const int32_t b = pool_.acquire_cached(h, parent, &toks[size_t(i * B)]);
+    const int32_t* bt = &toks[size_t(i * B)];
+    const uint64_t h = hash_block(parent, bt, B);
+    int32_t b = pool_.acquire_cached(h, parent, bt);
+    if (b < 0 && loader_) {
+      // Not in the pool: a tier may hold it. The loaded page joins the prefix cache like a computed one.
+      b = pool_.allocate();
+      if (b >= 0 && !loader_->load(h, parent, bt, b)) {
+        pool_.release(b);
+        b = -1;
+      }
+      if (b >= 0) pool_.publish(b, h, parent, bt);
+    }
     if (b < 0) break;
     s->blocks.push_back(b);
     s->block_hashes.push_back(h);

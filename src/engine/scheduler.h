@@ -41,6 +41,14 @@ struct SchedulerStats {
   int64_t preemptions = 0;
 };
 
+// Pages beyond the pool (KV tiers): fills `page` (freshly allocated) with the block (hash, parent,
+// tokens) if a tier holds it and it verifies; false otherwise (the block is then recomputed).
+class PrefixLoader {
+ public:
+  virtual ~PrefixLoader() = default;
+  virtual bool load(uint64_t hash, uint64_t parent, const int32_t* tokens, int32_t page) = 0;
+};
+
 class Scheduler {
  public:
   Scheduler(const SchedulerConfig& cfg, BlockPool& pool);
@@ -60,6 +68,8 @@ class Scheduler {
   bool has_work() const { return !waiting_.empty() || !running_.empty(); }
   const SchedulerStats& stats() const { return stats_; }
   const SchedulerConfig& config() const { return cfg_; }
+  // A prefix lookup that misses the pool asks `loader` (null: none) before recomputing.
+  void set_prefix_loader(PrefixLoader* loader) { loader_ = loader; }
 
  private:
   bool ensure_pages(Sequence* s, int64_t upto_tokens);
@@ -73,6 +83,7 @@ class Scheduler {
   std::vector<Sequence*> running_;  // in admission order (last = lowest priority)
   SchedulerStats stats_;
   std::vector<int32_t> page_tokens_;  // commit(): the tokens of the page being published
+  PrefixLoader* loader_ = nullptr;
 };
 
 }  // namespace m3

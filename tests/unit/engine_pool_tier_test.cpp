@@ -1,0 +1,163 @@
+// The local KV tier: pages evicted from a small pool are offloaded (lazily, on eviction) and loaded
+// back on a prefix hit instead of recomputed; outputs equal a run without any tier. In host memory and
+// in a folder (found again after a restart); a corrupted page file is detected by its checksum and
+// recomputed; pages of another cache layout are never loaded. Built into loader_tests, so `make
+// test-asan` runs it under ASan + UBSan + LeakSanitizer too.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "engine_test_util.h"
+#include "formats/error.h"
+#include "model/model.h"
+
+namespace {
+
+m3::Model& model() {
+  static m3::Model m(m3test::small_engine_model());
+  return m;
+}
+
+m3::SamplingParams greedy(int n) {
+  m3::SamplingParams p;
+  p.temperature = 0;
+  p.max_tokens = n;
+  p.ignore_eos = true;
+  return p;
+}
+
+m3::EngineConfig small_pool(double tier_gib, const std::string& dir = {}) {
+  m3::EngineConfig c;
+  c.num_pages = 12;  // 192 tokens: one other request evicts the conversation's prefix
+  c.max_num_batched_tokens = 64;
+  c.watermark = 0;
+  c.kv_offloading_gib = tier_gib;
+  c.kv_offloading_dir = dir;
+  return c;
+}
+
+struct Turn {
+  std::vector<int32_t> tokens;
+  int64_t cached = 0;
+};
+
+Turn run(m3::Engine& e, const std::string& id, const std::vector<int32_t>& prompt, int n) {
+  e.add_request(id, prompt, greedy(n));
+  Turn r;
+  while (e.has_work())
+    for (auto& o : e.step())
+      if (o.request_id == id) {
+        r.tokens.insert(r.tokens.end(), o.new_tokens.begin(), o.new_tokens.end());
+        r.cached = o.num_cached_tokens;
+      }
+  return r;
+}
+
+// Turn 1 of a conversation (a 128-token prefix), traffic that evicts it from the pool, then turn 2.
+struct Workload {
+  std::vector<int32_t> prefix, turn1, turn2;
+  std::vector<std::vector<int32_t>> others;
+  Workload() {
+    std::mt19937 rng(21);
+    prefix = m3test::random_tokens(rng, 128, 256);
+    turn1 = prefix;
+    const auto q1 = m3test::random_tokens(rng, 10, 256);
+    turn1.insert(turn1.end(), q1.begin(), q1.end());
+    turn2 = prefix;
+    const auto q2 = m3test::random_tokens(rng, 20, 256);
+    turn2.insert(turn2.end(), q2.begin(), q2.end());
+    for (int i = 0; i < 3; ++i) others.push_back(m3test::random_tokens(rng, 150, 256));
+  }
+};
+
+Turn turn2_without_tier(const Workload& w) {
+  m3::EngineConfig c;
+  c.num_pages = 40;
+  c.enable_prefix_caching = false;
+  m3::Engine e(model(), nullptr, c);
+  return run(e, "ref", w.turn2, 8);
+}
+
+Turn conversation(m3::Engine& e, const Workload& w) {
+  run(e, "t1", w.turn1, 4);
+  for (size_t i = 0; i < w.others.size(); ++i) run(e, "o" + std::to_string(i), w.others[i], 4);
+  return run(e, "t2", w.turn2, 8);
+}
+
+TEST(KvTier, EvictedPrefixLoadsFromHostMemoryInsteadOfRecomputing) {
+  const Workload w;
+  const Turn ref = turn2_without_tier(w);
+  {
+    // Without a tier the prefix was evicted: recomputed.
+    m3::Engine e(model(), nullptr, small_pool(0));
+    EXPECT_EQ(conversation(e, w).cached, 0);
+  }
+  m3::Engine e(model(), nullptr, small_pool(0.01));
+  const Turn r = conversation(e, w);
+  const auto st = e.stats();
+  EXPECT_GE(r.cached, 128 * 9 / 10) << "the 128-token prefix should come from the tier";
+  EXPECT_EQ(r.tokens, ref.tokens);
+  EXPECT_GT(st.tier_offloaded_pages, 0);
+  EXPECT_GE(st.tier_loaded_pages, 8);  // 8 pages of 16
+  EXPECT_EQ(st.tier_load_failures, 0);
+  EXPECT_EQ(st.free_pages, st.total_pages);
+}
+
+TEST(KvTier, FolderTierSurvivesARestartAndRefusesCorruptedPages) {
+  const Workload w;
+  const Turn ref = turn2_without_tier(w);
+  const std::string dir = m3test::test_tmp_dir() + "/kv_tier_disk";
+  std::filesystem::remove_all(dir);
+  std::string folder;
+  {
+    m3::Engine e(model(), nullptr, small_pool(0.01, dir));
+    run(e, "t1", w.turn1, 4);
+    for (size_t i = 0; i < w.others.size(); ++i) run(e, "o" + std::to_string(i), w.others[i], 4);
+    EXPECT_GT(e.stats().tier_offloaded_pages, 0);
+    folder = static_cast<m3::LocalKvTier*>(e.kv_tier())->folder();
+  }  // the tier writes everything before the engine goes
+  size_t files = 0;
+  for (const auto& f : std::filesystem::directory_iterator(folder)) files += f.path().extension() == ".kvpage";
+  EXPECT_GT(files, 8u);
+  {
+    // A new process (a new engine) finds the prefix in the folder.
+    m3::Engine e(model(), nullptr, small_pool(0.01, dir));
+    const Turn r = run(e, "t2", w.turn2, 8);
+    EXPECT_GE(r.cached, 128 * 9 / 10);
+    EXPECT_EQ(r.tokens, ref.tokens);
+    EXPECT_EQ(e.stats().tier_load_failures, 0);
+  }
+  // Damage the payload of every stored page: each is detected, dropped and recomputed.
+  for (const auto& f : std::filesystem::directory_iterator(folder)) {
+    std::fstream io(f.path(), std::ios::in | std::ios::out | std::ios::binary);
+    io.seekp(-5, std::ios::end);
+    io.put('\x5a');
+  }
+  {
+    m3::Engine e(model(), nullptr, small_pool(0.01, dir));
+    const Turn r = run(e, "t2", w.turn2, 8);
+    EXPECT_EQ(r.cached, 0);
+    EXPECT_EQ(r.tokens, ref.tokens);
+    EXPECT_GE(e.stats().tier_load_failures, 1);
+  }
+  // Another cache layout (fp8 KV) uses another subfolder: nothing of the bf16 pages is loaded.
+  {
+    m3::EngineConfig c = small_pool(0.01, dir);
+    c.kv_cache_dtype = "fp8";
+    m3::Engine e(model(), nullptr, c);
+    EXPECT_NE(static_cast<m3::LocalKvTier*>(e.kv_tier())->folder(), folder);
+    EXPECT_EQ(run(e, "t2", w.turn2, 8).cached, 0);
+  }
+}
+
+TEST(KvTier, FlagErrors) {
+  m3::EngineConfig c = small_pool(0);
+  c.kv_offloading_dir = "/tmp/x";
+  EXPECT_THROW(m3::Engine(model(), nullptr, c), m3::Error);
+  c = small_pool(0.01);
+  c.enable_prefix_caching = false;
+  EXPECT_THROW(m3::Engine(model(), nullptr, c), m3::Error);
+}
+
+}  // namespace
