@@ -215,7 +215,7 @@ void register_serve(CLI::App& app) {
   auto& h = o->http;
   sub->add_option("--http-threads", h.threads,
                   "Requests handled at once (tokenize and generation; each holds a worker thread); more get 503 "
-                  "(default 256)")
+                  "(default 512)")
       ->check(CLI::Range(1, 100000));
   sub->add_option("--max-connections", h.max_connections,
                   "Open HTTP connections; more are answered 503 and closed (default 1024)")

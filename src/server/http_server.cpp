@@ -25,6 +25,7 @@
 
 #include <pthread.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -838,7 +839,25 @@ void accept_next(Server& srv, tcp::acceptor& acc) {
 
 }  // namespace
 
-void run_http_server(Engine& engine, const ServerContext& ctx, const HttpOptions& opt) {
+void run_http_server(Engine& engine, const ServerContext& ctx, const HttpOptions& options) {
+  HttpOptions opt = options;
+  // Each connection holds a descriptor: raise the soft limit toward the hard one, and keep the cap under
+  // what is left (else accept() would fail with EMFILE while the cap still admits connections).
+  if (rlimit rl{}; getrlimit(RLIMIT_NOFILE, &rl) == 0) {
+    const rlim_t reserve = 256;  // listener, model and log files, pipes, the engine's own
+    const rlim_t want = rlim_t(opt.max_connections) + reserve;
+    if (rl.rlim_cur < want) {
+      rl.rlim_cur = std::min(want, rl.rlim_max);
+      setrlimit(RLIMIT_NOFILE, &rl);
+      getrlimit(RLIMIT_NOFILE, &rl);
+    }
+    if (rl.rlim_cur < want) {
+      const int cap = int(std::max<rlim_t>(16, rl.rlim_cur > reserve ? rl.rlim_cur - reserve : 16));
+      std::fprintf(stderr, "[m3serve] --max-connections %d lowered to %d (the descriptor limit is %llu)\n",
+                   opt.max_connections, cap, static_cast<unsigned long long>(rl.rlim_cur));
+      opt.max_connections = cap;
+    }
+  }
   Metrics metrics;
   AsyncEngine ae(engine, metrics, opt.max_waiting);
   Server srv(ae, metrics, ctx, opt);

@@ -16,7 +16,7 @@ struct HttpOptions {
   int stream_interval = 1;
   size_t max_body_bytes = 32u << 20;  // after de-chunking and decompression
   size_t max_header_bytes = 16u << 10;
-  int threads = 256;             // requests handled at once (each holds a worker thread); more get 503
+  int threads = 512;             // requests handled at once (each holds a worker thread); more get 503
   int io_threads = 2;            // threads doing all socket I/O (never block)
   int max_connections = 1024;    // open connections; more get 503 and are closed
   size_t max_waiting = 256;      // engine requests waiting for the batch; more get 503 (0: no limit)
