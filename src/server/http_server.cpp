@@ -41,6 +41,7 @@
 #include <future>
 #include <mutex>
 #include <optional>
+#include <system_error>
 #include <thread>
 #include <unordered_map>
 
@@ -399,20 +400,20 @@ class Conn : public std::enable_shared_from_this<Conn> {
     srv_.conns.erase(this);
   }
 
-  void start() {
-    counted_ = true;
-    srv_.connections.fetch_add(1);
-    {
+  // A new connection (acceptor's strand): counted and registered at once, so that a burst of accepts
+  // cannot pass the cap; served on its own strand. Over the cap: a 503 and close.
+  void launch(bool over_cap) {
+    if (!over_cap) {
+      counted_ = true;
+      srv_.connections.fetch_add(1);
       std::lock_guard lk(srv_.mu);
       srv_.conns[this] = weak_from_this();
     }
-    read_next();
-  }
-
-  // Over the connection cap: a 503 and close.
-  void refuse() {
-    reply_and_close(503, "the server has its limit of " + std::to_string(opt_.max_connections) +
-                             " connections open (--max-connections); retry later");
+    net::post(stream_.get_executor(), [self = shared_from_this(), over_cap] {
+      if (!over_cap) return self->read_next();
+      self->reply_and_close(503, "the server has its limit of " + std::to_string(self->opt_.max_connections) +
+                                     " connections open (--max-connections); retry later");
+    });
   }
 
   // Draining: a connection that is not handling a request is closed now.
@@ -628,7 +629,7 @@ class Conn : public std::enable_shared_from_this<Conn> {
                      false);
       ++srv_.workers;
     }
-    std::thread([conn = shared_from_this(), route, req = std::move(req)]() mutable {
+    auto work = [conn = shared_from_this(), route, req = std::move(req)]() mutable {
       Server& srv = conn->srv_;
       conn->work(route, req);
       req = Request{};
@@ -639,7 +640,17 @@ class Conn : public std::enable_shared_from_this<Conn> {
       std::lock_guard lk(srv.mu);
       --srv.workers;
       srv.cv.notify_all();
-    }).detach();
+    };
+    try {
+      std::thread(std::move(work)).detach();
+    } catch (const std::system_error& e) {  // no thread to be had (EAGAIN): the request is refused
+      {
+        std::lock_guard lk(srv_.mu);
+        --srv_.workers;
+        srv_.cv.notify_all();
+      }
+      reply(error(503, std::string("the server cannot start a worker thread (") + e.what() + "); retry later"), false);
+    }
   }
 
   // Runs one asynchronous operation on the strand and waits for it (worker threads only).
@@ -825,9 +836,7 @@ void accept_next(Server& srv, tcp::acceptor& acc) {
     if (!ec) {
       beast::error_code ig;
       s.set_option(tcp::no_delay(true), ig);
-      auto c = std::make_shared<Conn>(std::move(s), srv);
-      if (srv.connections.load() >= srv.opt.max_connections) c->refuse();
-      else c->start();
+      std::make_shared<Conn>(std::move(s), srv)->launch(srv.connections.load() >= srv.opt.max_connections);
       return accept_next(srv, acc);
     }
     // Out of descriptors or similar: try again shortly instead of spinning.

@@ -20,10 +20,8 @@ import threading
 import time
 import zlib
 
-BIN, MODEL, TMP = sys.argv[1], sys.argv[2], sys.argv[3]
-ONLY = set(sys.argv[4:])
+BIN = MODEL = TMP = None  # set by main() from the command line
 KEY = "hostile-key"
-os.makedirs(TMP, exist_ok=True)
 
 
 class Fail(Exception):
@@ -547,9 +545,13 @@ CASES = [
 
 
 def main():
+    global BIN, MODEL, TMP
+    BIN, MODEL, TMP = sys.argv[1], sys.argv[2], sys.argv[3]
+    only = set(sys.argv[4:])
+    os.makedirs(TMP, exist_ok=True)
     failed = []
     for name, flags in CASES:
-        if ONLY and name not in ONLY:
+        if only and name not in only:
             continue
         t0 = time.time()
         srv = Server(name, *flags)
@@ -570,4 +572,5 @@ def main():
     print("hostile.py: all cases passed")
 
 
-main()
+if __name__ == "__main__":
+    main()
