@@ -39,6 +39,7 @@
 #include <cstdio>
 #include <ctime>
 #include <future>
+#include <limits>
 #include <mutex>
 #include <optional>
 #include <system_error>
@@ -392,7 +393,9 @@ enum class Route { Health, Version, Models, Metrics, Chat, Completions, Tokenize
 
 class Conn : public std::enable_shared_from_this<Conn> {
  public:
-  Conn(tcp::socket s, Server& srv) : stream_(std::move(s)), srv_(srv), opt_(srv.opt) {}
+  Conn(tcp::socket s, Server& srv) : stream_(std::move(s)), srv_(srv), opt_(srv.opt) {
+    waiting_since_ = std::chrono::steady_clock::now().time_since_epoch().count();
+  }
   ~Conn() {
     if (!counted_) return;
     srv_.connections.fetch_sub(1);
@@ -401,22 +404,46 @@ class Conn : public std::enable_shared_from_this<Conn> {
   }
 
   // A new connection (acceptor's strand): counted and registered at once, so that a burst of accepts
-  // cannot pass the cap; served on its own strand. Over the cap: a 503 and close.
-  void launch(bool over_cap) {
-    if (!over_cap) {
+  // cannot pass the cap; served on its own strand. At the cap, the connection that has waited longest
+  // for a request (idle keep-alive, or a header or body still trickling in) is closed to make room:
+  // slow clients go first, and a client that sends its request at once is served while hundreds
+  // trickle. Only when every connection is answering a request is the new one refused (503).
+  void launch() {
+    bool admit = srv_.connections.load() < opt_.max_connections;
+    if (!admit) {
+      std::shared_ptr<Conn> victim;
+      {
+        std::lock_guard lk(srv_.mu);
+        int64_t oldest = std::numeric_limits<int64_t>::max();
+        for (auto& [p, w] : srv_.conns) {
+          auto c = w.lock();
+          if (!c || c->busy_.load()) continue;
+          if (const int64_t t = c->waiting_since_.load(); t < oldest) {
+            oldest = t;
+            victim = std::move(c);
+          }
+        }
+        if (victim) victim->waiting_since_ = std::numeric_limits<int64_t>::max();  // not chosen twice
+      }
+      if (victim) {
+        victim->close_if_idle();
+        admit = true;
+      }
+    }
+    if (admit) {
       counted_ = true;
       srv_.connections.fetch_add(1);
       std::lock_guard lk(srv_.mu);
       srv_.conns[this] = weak_from_this();
     }
-    net::post(stream_.get_executor(), [self = shared_from_this(), over_cap] {
-      if (!over_cap) return self->read_next();
+    net::post(stream_.get_executor(), [self = shared_from_this(), admit] {
+      if (admit) return self->read_next();
       self->reply_and_close(503, "the server has its limit of " + std::to_string(self->opt_.max_connections) +
-                                     " connections open (--max-connections); retry later");
+                                     " connections open, all answering requests (--max-connections); retry later");
     });
   }
 
-  // Draining: a connection that is not handling a request is closed now.
+  // Draining, or room for a new connection: closed now unless it is answering a request.
   void close_if_idle() {
     net::post(stream_.get_executor(), [self = shared_from_this()] {
       if (!self->busy_) self->close();
@@ -427,6 +454,7 @@ class Conn : public std::enable_shared_from_this<Conn> {
   // --- reading (strand) ---
   void read_next() {
     busy_ = false;
+    waiting_since_ = std::chrono::steady_clock::now().time_since_epoch().count();
     if (srv_.draining.load() || !keep_alive_) return close();
     if (buf_.size() > 0) return read_header();  // pipelined: the next request is already here
     stream_.expires_after(ms(first_ ? opt_.header_timeout_s : opt_.idle_timeout_s));
@@ -825,7 +853,9 @@ class Conn : public std::enable_shared_from_this<Conn> {
   std::optional<http::request_parser<http::string_body>> parser_;
   unsigned version_ = 11;
   bool keep_alive_ = true, first_ = true, counted_ = false;
-  bool busy_ = false;     // a request is being answered (strand)
+  // A request is being answered (written on the strand; read by launch() on the acceptor's strand).
+  std::atomic<bool> busy_{false};
+  std::atomic<int64_t> waiting_since_{0};  // when it began to wait for its current request (steady clock)
   bool chunked_ = false;  // worker
   bool failed_ = false;   // worker: a write failed or timed out
 };
@@ -836,7 +866,7 @@ void accept_next(Server& srv, tcp::acceptor& acc) {
     if (!ec) {
       beast::error_code ig;
       s.set_option(tcp::no_delay(true), ig);
-      std::make_shared<Conn>(std::move(s), srv)->launch(srv.connections.load() >= srv.opt.max_connections);
+      std::make_shared<Conn>(std::move(s), srv)->launch();
       return accept_next(srv, acc);
     }
     // Out of descriptors or similar: try again shortly instead of spinning.

@@ -305,7 +305,7 @@ def case_timeouts(srv):
 
 
 def case_slowloris(srv):
-    """200 connections trickle a header line every 0.5 s; a normal client is served meanwhile."""
+    """200 connections trickle a header line every 0.5 s past a cap of 100; a normal client is served."""
     p = srv.port
     socks = []
     for i in range(200):
@@ -336,7 +336,7 @@ def case_slowloris(srv):
             check(st == 200 and b'"chat.completion"' in body, f"chat under slowloris: {st} {body[:200]!r}")
             worst = max(worst, time.time() - t0)
         check(worst < 10, f"a normal client waited {worst:.1f} s under slowloris")
-        print(f"  slowloris (200 trickling connections): /health and chat answered, slowest {worst:.2f} s")
+        print(f"  slowloris (200 trickling connections, cap 100): /health and chat answered, slowest {worst:.2f} s")
         # The trickling connections are cut at the header deadline (2 s), however they trickle.
         def all_closed():
             for s in socks:
@@ -359,17 +359,31 @@ def case_slowloris(srv):
 
 
 def case_connection_cap(srv):
-    p = srv.port  # --max-connections 64
-    socks = [connect(p) for _ in range(64)]
-    # Every one of them is accepted (the server answers a request on the last one).
-    socks[-1].sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
-    f = socks[-1].makefile("rb")
-    check(read_response(f)[0] == 200, "request on the 64th connection")
-    r = request(p, "GET", "/health", timeout=5)
-    check(r[0] == 503 and r[1].get("retry-after"), f"the 65th connection: status {r[0]}")
-    for s in socks:
+    p = srv.port  # --max-connections 8
+    # At the cap, the connection that has waited longest for a request makes room for a new one.
+    idle = [connect(p) for _ in range(8)]
+    idle[0].sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n")  # a header that trickles
+    check(request(p, "GET", "/health", timeout=5)[0] == 200, "a new connection at the cap (idle ones open)")
+    idle[0].settimeout(5)
+    try:
+        check(idle[0].recv(100) == b"", "the oldest waiting connection was not closed")
+    except ConnectionResetError:
+        pass
+    for s in idle:
         s.close()
-    wait_until(lambda: request(p, "GET", "/health", timeout=5)[0] == 200, "/health after the connections closed")
+    # When every connection is answering a request, a new one is refused: 503 + Retry-After.
+    long = {"model": "tiny", "prompt": "Once upon a time", "max_tokens": 3500, "ignore_eos": True, "stream": True}
+    busy = []
+    for _ in range(8):
+        s = stream_request(p, long)
+        read_stream_events(s, first_only=True)  # answering (it may still wait for the old ones to go)
+        busy.append(s)
+    r = request(p, "GET", "/health", timeout=5)
+    check(r[0] == 503 and r[1].get("retry-after") == "1", f"a new connection with all 8 busy: status {r[0]}")
+    check(b"--max-connections" in r[2], f"503 does not name --max-connections: {r[2]!r}")
+    for s in busy:
+        s.close()
+    wait_until(lambda: request(p, "GET", "/health", timeout=5)[0] == 200, "/health after the streams closed")
 
 
 def stream_request(port, body, path="/v1/completions"):
@@ -533,8 +547,8 @@ CASES = [
     ("pipelining", ["--api-key", KEY]),
     ("timeouts", ["--api-key", KEY, "--http-header-timeout", "2", "--http-body-timeout", "2",
                   "--http-keep-alive-timeout", "2"]),
-    ("slowloris", ["--api-key", KEY, "--http-header-timeout", "2"]),
-    ("connection_cap", ["--api-key", KEY, "--max-connections", "64"]),
+    ("slowloris", ["--api-key", KEY, "--http-header-timeout", "2", "--max-connections", "100"]),
+    ("connection_cap", ["--api-key", KEY, "--max-connections", "8"]),
     ("backpressure", ["--api-key", KEY, "--max-num-seqs", "1", "--max-waiting-requests", "2", "--max-model-len", "16384",
                       "--kv-cache-memory", "0.2"]),
     ("limits", ["--api-key", KEY]),
