@@ -370,6 +370,13 @@ void inflate_body(std::string& body, const std::string& encoding, size_t limit) 
   body = std::move(out);
 }
 
+// Compares without an early exit, so the time taken does not tell how much of a guessed key was right.
+bool same_secret(std::string_view a, std::string_view b) {
+  unsigned char diff = a.size() != b.size();
+  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i % std::max<size_t>(1, b.size())]);
+  return diff == 0;
+}
+
 class Conn;
 
 // Server-wide state shared by the connections, the workers and the shutdown sequence.
@@ -554,7 +561,7 @@ class Conn : public std::enable_shared_from_this<Conn> {
     if (auto q = path.find('?'); q != std::string::npos) path.resize(q);
     const bool get = req.method() == http::verb::get, post = req.method() == http::verb::post;
     const bool protected_path = path.rfind("/v1", 0) == 0 || path == "/tokenize" || path == "/detokenize";
-    if (protected_path && !opt_.api_key.empty() && req[http::field::authorization] != "Bearer " + opt_.api_key)
+    if (protected_path && !opt_.api_key.empty() && !same_secret(std::string(req[http::field::authorization]), "Bearer " + opt_.api_key))
       return reply(error(401, "Unauthorized: missing or wrong API key (send Authorization: Bearer <key>)"), false);
     struct R {
       const char* path;
@@ -571,11 +578,11 @@ class Conn : public std::enable_shared_from_this<Conn> {
       if (path == x.path) r = &x;
     if (!r) return reply(error(404, "Not Found"), false);
     if (!((get && r->get) || (post && r->post))) return reply(error(405, "Method Not Allowed"), false);
+    // Compressed bodies are inflated by the worker (it takes CPU time the I/O threads must not spend).
     if (auto ce = req.find(http::field::content_encoding); ce != req.end() && !beast::iequals(ce->value(), "identity")) {
       const std::string enc(ce->value());
       if (!(beast::iequals(enc, "gzip") || beast::iequals(enc, "x-gzip") || beast::iequals(enc, "deflate")))
         return reply(error(415, "Content-Encoding '" + enc + "' is not supported (gzip, deflate or identity)"), false);
-      inflate_body(req.body(), enc, opt_.max_body_bytes);
     }
     switch (r->route) {
       case Route::Health:
@@ -730,6 +737,8 @@ class Conn : public std::enable_shared_from_this<Conn> {
   void work(Route route, Request& req) {
     const ServerContext& ctx = srv_.ctx;
     try {
+      if (auto ce = req.find(http::field::content_encoding); ce != req.end() && !beast::iequals(ce->value(), "identity"))
+        inflate_body(req.body(), std::string(ce->value()), opt_.max_body_bytes);
       switch (route) {
         case Route::Chat:
         case Route::Completions: {

@@ -482,8 +482,8 @@ def case_limits(srv):
 
 def case_drain(srv):
     """SIGTERM during streams: each ends with a final chunk (finish_reason abort) and [DONE]; exit 0."""
-    p = srv.port  # --shutdown-timeout 1
-    long = {"model": "tiny", "prompt": "Once upon a time", "max_tokens": 3500, "ignore_eos": True, "stream": True}
+    p = srv.port  # --shutdown-timeout 1 --max-model-len 16384: streams far longer than the drain window
+    long = {"model": "tiny", "prompt": "Once upon a time", "max_tokens": 16000, "ignore_eos": True, "stream": True}
     streams = [stream_request(p, long) for _ in range(6)]
     firsts = [read_stream_events(s, first_only=True) for s in streams]  # every stream is under way
     check(all(st == 200 and ev for st, ev, _ in firsts), "streams did not start")
@@ -552,7 +552,7 @@ CASES = [
     ("backpressure", ["--api-key", KEY, "--max-num-seqs", "1", "--max-waiting-requests", "2", "--max-model-len", "16384",
                       "--kv-cache-memory", "0.2"]),
     ("limits", ["--api-key", KEY]),
-    ("drain", ["--api-key", KEY, "--shutdown-timeout", "1"]),
+    ("drain", ["--api-key", KEY, "--shutdown-timeout", "1", "--max-model-len", "16384", "--kv-cache-memory", "0.3"]),
     ("second_signal", ["--api-key", KEY, "--shutdown-timeout", "60"]),
     ("port_in_use", ["--api-key", KEY]),
 ]
