@@ -418,21 +418,23 @@ class Conn : public std::enable_shared_from_this<Conn> {
   void launch() {
     bool admit = srv_.connections.load() < opt_.max_connections;
     if (!admit) {
-      std::shared_ptr<Conn> victim;
+      // References taken under the lock are dropped after it: the last one runs ~Conn, which locks too.
+      std::vector<std::shared_ptr<Conn>> all;
       {
         std::lock_guard lk(srv_.mu);
-        int64_t oldest = std::numeric_limits<int64_t>::max();
-        for (auto& [p, w] : srv_.conns) {
-          auto c = w.lock();
-          if (!c || c->busy_.load()) continue;
-          if (const int64_t t = c->waiting_since_.load(); t < oldest) {
-            oldest = t;
-            victim = std::move(c);
-          }
-        }
-        if (victim) victim->waiting_since_ = std::numeric_limits<int64_t>::max();  // not chosen twice
+        all.reserve(srv_.conns.size());
+        for (auto& [p, w] : srv_.conns)
+          if (auto c = w.lock()) all.push_back(std::move(c));
       }
+      Conn* victim = nullptr;
+      int64_t oldest = std::numeric_limits<int64_t>::max();
+      for (auto& c : all)
+        if (!c->busy_.load() && c->waiting_since_.load() < oldest) {
+          oldest = c->waiting_since_.load();
+          victim = c.get();
+        }
       if (victim) {
+        victim->waiting_since_ = std::numeric_limits<int64_t>::max();  // not chosen twice (one acceptor strand)
         victim->close_if_idle();
         admit = true;
       }
@@ -461,6 +463,7 @@ class Conn : public std::enable_shared_from_this<Conn> {
   // --- reading (strand) ---
   void read_next() {
     busy_ = false;
+    if (failed_) return close();  // a worker's write to this client failed
     waiting_since_ = std::chrono::steady_clock::now().time_since_epoch().count();
     if (srv_.draining.load() || !keep_alive_) return close();
     if (buf_.size() > 0) return read_header();  // pipelined: the next request is already here
