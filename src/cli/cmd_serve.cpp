@@ -218,7 +218,8 @@ void register_serve(CLI::App& app) {
                   "(default 512)")
       ->check(CLI::Range(1, 100000));
   sub->add_option("--max-connections", h.max_connections,
-                  "Open HTTP connections; more are answered 503 and closed (default 1024)")
+                  "Open HTTP connections; at the cap the one waiting longest for a request is closed for the new "
+                  "one, and 503 only when all are answering requests (default 1024)")
       ->check(CLI::Range(1, 1000000));
   sub->add_option("--max-waiting-requests", h.max_waiting,
                   "Sequences that may wait for a place in the running batch; a request past it gets 503 with "
