@@ -222,7 +222,7 @@ void register_serve(CLI::App& app) {
                   "one, and 503 only when all are answering requests (default 1024)")
       ->check(CLI::Range(1, 1000000));
   sub->add_option("--max-waiting-requests", h.max_waiting,
-                  "Sequences that may wait for a place in the running batch; a request past it gets 503 with "
+                  "Sequences that may wait for a place in the running batch (beyond its free places); a request past it gets 503 with "
                   "Retry-After (default 256; 0: no limit)");
   sub->add_option("--http-header-timeout", h.header_timeout_s,
                   "Seconds for a whole request header, from its first byte (default 10)")

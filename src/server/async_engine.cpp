@@ -1,6 +1,7 @@
 // AsyncEngine implementation (see async_engine.h).
 #include "server/async_engine.h"
 
+#include <algorithm>
 #include <cstdio>
 
 #include "formats/error.h"
@@ -81,11 +82,16 @@ std::shared_ptr<OutputStream> AsyncEngine::submit(std::vector<EngineRequest> req
   if (stop_) throw ApiError(503, "the server is shutting down");
   if (dead_) throw ApiError(503, "the engine is not running (it failed; see the server log)");
   if (max_waiting_ > 0) {
-    size_t waiting = pending_reqs_;
+    // Sequences not running yet (handed to the engine or still queued here), less the batch's free
+    // places: those start at the next step, so a burst into an idle server is not refused.
+    size_t waiting = pending_reqs_, running = 0;
     {
       std::lock_guard sl(stats_mu_);
       waiting += stats_.waiting;
+      running = stats_.running;
     }
+    const size_t slots = size_t(std::max(0, engine_.config().max_num_seqs)), free_slots = slots > running ? slots - running : 0;
+    waiting = waiting > free_slots ? waiting - free_slots : 0;
     if (waiting > 0 && waiting + p->reqs.size() > max_waiting_)
       throw ApiError(503, "the server is busy: " + std::to_string(waiting) + " requests are waiting (limit " +
                               std::to_string(max_waiting_) + ", --max-waiting-requests); retry later");

@@ -49,7 +49,8 @@ struct EngineRequest {
 class AsyncEngine {
  public:
   // `max_waiting`: engine requests that may wait for a place in the running batch (queued in the
-  // engine or not yet handed to it); submit() past it throws ApiError 503. 0: no limit.
+  // engine or not yet handed to it, beyond the batch's free places); submit() past it throws ApiError
+  // 503. 0: no limit.
   AsyncEngine(Engine& engine, Metrics& metrics, size_t max_waiting = 0);
   ~AsyncEngine();  // stops the thread, aborting what is left
   // Queues the requests as one group; all are accepted or none (m3::Error with the engine's reason;
