@@ -225,7 +225,8 @@ void register_serve(CLI::App& app) {
                   "Sequences that may wait for a place in the running batch (beyond its free places); a request past it gets 503 with "
                   "Retry-After (default 256; 0: no limit)");
   sub->add_option("--http-header-timeout", h.header_timeout_s,
-                  "Seconds for a whole request header, from its first byte (default 10)")
+                  "Seconds for a whole request header, from the connection's start (a later request on it: from its "
+                  "first byte) (default 10)")
       ->check(CLI::PositiveNumber);
   sub->add_option("--http-body-timeout", h.body_timeout_s, "Seconds for a whole request body (default 30)")
       ->check(CLI::PositiveNumber);

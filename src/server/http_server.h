@@ -20,7 +20,7 @@ struct HttpOptions {
   int io_threads = 2;            // threads doing all socket I/O (never block)
   int max_connections = 1024;    // open connections; more get 503 and are closed
   size_t max_waiting = 256;      // engine requests waiting for the batch; more get 503 (0: no limit)
-  double header_timeout_s = 10;  // the whole request header, from its first byte
+  double header_timeout_s = 10;  // the whole request header, from connect (later requests: their first byte)
   double body_timeout_s = 30;    // the whole body, after the header
   double idle_timeout_s = 5;     // a keep-alive connection waiting for its next request
   double write_timeout_s = 30;   // one write to a client that does not read
