@@ -695,11 +695,13 @@ class Conn : public std::enable_shared_from_this<Conn> {
   template <class Start>
   bool sync(Start start) {
     if (failed_) return false;
-    std::promise<beast::error_code> done;
-    auto fut = done.get_future();
+    // Shared with the handler: the promise must outlive set_value(), which may still be running when
+    // this thread wakes up.
+    auto done = std::make_shared<std::promise<beast::error_code>>();
+    auto fut = done->get_future();
     net::dispatch(stream_.get_executor(), [&] {
       stream_.expires_after(ms(opt_.write_timeout_s));
-      start([&done](beast::error_code ec, size_t) { done.set_value(ec); });
+      start([done](beast::error_code ec, size_t) { done->set_value(ec); });
     });
     if (fut.get()) failed_ = true;
     return !failed_;
