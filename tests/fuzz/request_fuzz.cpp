@@ -235,7 +235,7 @@ ojson mutate_tree(ojson body, const std::vector<ojson>& corpus, std::mt19937_64&
         else v = rand_text(rng, 12);
         break;
       default:
-        if (v.is_number_integer()) v = v.get<int64_t>() + int64_t(rng() % 5) - 2;
+        if (v.is_number_integer()) v = int64_t(uint64_t(v.get<int64_t>()) + rng() % 5 - 2);  // wraps, no UB
         else v = interesting_scalar(rng);
     }
   }
