@@ -275,6 +275,38 @@ def case_pipelining(srv):
           b'"tokens"' in got[3][2] and b'"version"' in got[4][2], "pipelined responses out of order")
 
 
+def case_protocol(srv):
+    """Expect: 100-continue, HTTP/1.0 (no chunking: the stream ends with the connection), unknown routes."""
+    p = srv.port
+    s = connect(p)
+    body = json.dumps({"prompt": "Hello world"}).encode()
+    s.sendall((f"POST /tokenize HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {KEY}\r\nContent-Length: {len(body)}\r\n"
+               "Expect: 100-continue\r\nConnection: close\r\n\r\n").encode())
+    f = s.makefile("rb")
+    check(read_response(f)[0] == 100, "no 100 Continue")
+    s.sendall(body)
+    st, _, b = read_response(f)
+    check(st == 200 and b'"tokens"' in b, f"after 100 Continue: {st} {b!r}")
+    s.close()
+    s = connect(p)
+    req = json.dumps({"prompt": "Hi", "max_tokens": 3, "stream": True}).encode()
+    s.sendall((f"POST /v1/completions HTTP/1.0\r\nAuthorization: Bearer {KEY}\r\nContent-Length: {len(req)}\r\n\r\n"
+               ).encode() + req)
+    data = b""
+    s.settimeout(30)
+    while True:
+        d = s.recv(65536)
+        if not d:
+            break
+        data += d
+    s.close()
+    check(data.startswith(b"HTTP/1.0 200") and b"chunked" not in data.lower() and data.rstrip().endswith(b"data: [DONE]"),
+          f"HTTP/1.0 stream: {data[-200:]!r}")
+    expect_error(request(p, "GET", "/v1/nothing"), 404, "unknown route")
+    expect_error(request(p, "DELETE", "/health"), 405, "wrong method")
+    expect_error(request(p, "POST", "/tokenize", b"{}", {"Expect": "something-else"}), 417, "Expect other than 100-continue")
+
+
 def case_timeouts(srv):
     p = srv.port  # --http-header-timeout 2 --http-body-timeout 2 --http-keep-alive-timeout 2
 
@@ -550,6 +582,7 @@ CASES = [
     ("crash_inputs", ["--api-key", KEY]),
     ("bodies", ["--api-key", KEY, "--max-request-bytes", "200000"]),
     ("pipelining", ["--api-key", KEY]),
+    ("protocol", ["--api-key", KEY]),
     ("timeouts", ["--api-key", KEY, "--http-header-timeout", "2", "--http-body-timeout", "2",
                   "--http-keep-alive-timeout", "2"]),
     ("slowloris", ["--api-key", KEY, "--http-header-timeout", "2", "--max-connections", "100"]),
