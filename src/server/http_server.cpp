@@ -393,6 +393,23 @@ struct Server {
   std::condition_variable cv;                             // workers went down
   int workers = 0;                                        // guarded by mu
   std::unordered_map<Conn*, std::weak_ptr<Conn>> conns;   // guarded by mu
+  // What the HTTP limits refused or cut, for /metrics (m3serve:http_refused_total{reason}).
+  enum Reason { kConnectionCap, kEvicted, kTimeout, kTooLarge, kBusy, kMalformed, kReasons };
+  std::array<std::atomic<int64_t>, kReasons> refused{};
+  void count(Reason r) { refused[r].fetch_add(1, std::memory_order_relaxed); }
+  std::string render_http_metrics() const {
+    static const char* names[kReasons] = {"connection_cap", "evicted", "timeout", "too_large", "busy", "malformed"};
+    std::string out =
+        "# HELP m3serve:http_connections Open HTTP connections.\n# TYPE m3serve:http_connections gauge\n"
+        "m3serve:http_connections " + std::to_string(connections.load()) +
+        "\n# HELP m3serve:http_refused_total Connections and requests refused or cut by the server's limits "
+        "(connection_cap: 503 at --max-connections; evicted: closed for a new connection at the cap; timeout: "
+        "header or body deadline; too_large: 413; busy: 503 from --http-threads or --max-waiting-requests; "
+        "malformed: HTTP framing errors).\n# TYPE m3serve:http_refused_total counter\n";
+    for (int r = 0; r < kReasons; ++r)
+      out += std::string("m3serve:http_refused_total{reason=\"") + names[r] + "\"} " + std::to_string(refused[r].load()) + "\n";
+    return out;
+  }
   net::io_context ioc;  // declared last: destroyed first, with the handlers that still hold connections
 };
 
@@ -434,6 +451,7 @@ class Conn : public std::enable_shared_from_this<Conn> {
           victim = c.get();
         }
       if (victim) {
+        srv_.count(Server::kEvicted);
         victim->waiting_since_ = std::numeric_limits<int64_t>::max();  // not chosen twice (one acceptor strand)
         victim->close_if_idle();
         admit = true;
@@ -447,6 +465,7 @@ class Conn : public std::enable_shared_from_this<Conn> {
     }
     net::post(stream_.get_executor(), [self = shared_from_this(), admit] {
       if (admit) return self->read_next();
+      self->srv_.count(Server::kConnectionCap);
       self->reply_and_close(503, "the server has its limit of " + std::to_string(self->opt_.max_connections) +
                                      " connections open, all answering requests (--max-connections); retry later");
     });
@@ -492,21 +511,27 @@ class Conn : public std::enable_shared_from_this<Conn> {
 
   void on_header(beast::error_code ec) {
     // A deadline that passed closed the socket already: nothing can be answered.
+    if (ec == beast::error::timeout) srv_.count(Server::kTimeout);
     if (gone(ec)) return close();
     if (ec == http::error::body_limit) return too_large();  // Content-Length over the limit
     if (ec == http::error::header_limit)
       return reply_and_close(431, "the request header is larger than " + std::to_string(opt_.max_header_bytes) +
                                       " bytes");
-    if (ec) return reply_and_close(400, "malformed HTTP request: " + ec.message());
+    if (ec) {
+      srv_.count(Server::kMalformed);
+      return reply_and_close(400, "malformed HTTP request: " + ec.message());
+    }
     const auto& h = parser_->get();
     version_ = h.version();
     keep_alive_ = h.keep_alive();
     // Framing: only plain chunked transfer coding (Beast already refuses Content-Length with it, and
     // conflicting Content-Length values).
     if (h.count(http::field::transfer_encoding) > 0 &&
-        (h.count(http::field::transfer_encoding) > 1 || !beast::iequals(h[http::field::transfer_encoding], "chunked")))
+        (h.count(http::field::transfer_encoding) > 1 || !beast::iequals(h[http::field::transfer_encoding], "chunked"))) {
+      srv_.count(Server::kMalformed);
       return reply_and_close(400, "Transfer-Encoding '" + std::string(h[http::field::transfer_encoding]) +
                                       "' is not supported (only a single 'chunked')");
+    }
     if (auto cl = parser_->content_length(); cl && *cl > opt_.max_body_bytes) return too_large();
     if (auto ex = h.find(http::field::expect); ex != h.end()) {
       if (!beast::iequals(ex->value(), "100-continue"))
@@ -529,14 +554,19 @@ class Conn : public std::enable_shared_from_this<Conn> {
   }
 
   void too_large() {
+    srv_.count(Server::kTooLarge);
     reply_and_close(413, "the request body is larger than the server's limit of " +
                              std::to_string(opt_.max_body_bytes) + " bytes (--max-request-bytes)");
   }
 
   void on_body(beast::error_code ec) {
     if (ec == http::error::body_limit) return too_large();
+    if (ec == beast::error::timeout) srv_.count(Server::kTimeout);
     if (gone(ec)) return close();
-    if (ec) return reply_and_close(400, "malformed HTTP request body: " + ec.message());
+    if (ec) {
+      srv_.count(Server::kMalformed);
+      return reply_and_close(400, "malformed HTTP request body: " + ec.message());
+    }
     busy_ = true;
     Request req = parser_->release();
     parser_.reset();
@@ -594,7 +624,9 @@ class Conn : public std::enable_shared_from_this<Conn> {
                      false);
       case Route::Version: return reply(json(200, {{"version", kVersion}}), false);
       case Route::Metrics:
-        return reply(make_response(200, srv_.metrics.render(srv_.ctx.served_names.front(), srv_.ae.stats()),
+        return reply(make_response(200,
+                                   srv_.metrics.render(srv_.ctx.served_names.front(), srv_.ae.stats()) +
+                                       srv_.render_http_metrics(),
                                    "text/plain; version=0.0.4", version_, keep_alive_ && !srv_.draining.load()),
                      false);
       case Route::Models: {
@@ -661,10 +693,12 @@ class Conn : public std::enable_shared_from_this<Conn> {
   void spawn(Route route, Request req) {
     {
       std::lock_guard lk(srv_.mu);
-      if (srv_.workers >= opt_.threads)
+      if (srv_.workers >= opt_.threads) {
+        srv_.count(Server::kBusy);
         return reply(error(503, "the server is handling its limit of " + std::to_string(opt_.threads) +
                                     " requests at once (--http-threads); retry later"),
                      false);
+      }
       ++srv_.workers;
     }
     auto work = [conn = shared_from_this(), route, req = std::move(req)]() mutable {
@@ -802,6 +836,8 @@ class Conn : public std::enable_shared_from_this<Conn> {
         default: write_error(500, "unexpected route"); return;
       }
     } catch (const ApiError& e) {
+      if (e.status == 503) srv_.count(Server::kBusy);
+      if (e.status == 413) srv_.count(Server::kTooLarge);
       write_error(e.status, e.what(), e.param);
     } catch (const Error& e) {
       write_error(400, e.what());

@@ -149,6 +149,14 @@ def metric(port, name):
     return float(m.group(1)) if m else None
 
 
+def refused(port, reason):
+    """m3serve:http_refused_total{reason=...}: what the HTTP limits refused or cut."""
+    _, _, body = request(port, "GET", "/metrics", timeout=5)
+    m = re.search(r'^m3serve:http_refused_total\{reason="' + reason + r'"\} (\d+)$', body.decode(), re.M)
+    check(m, f"/metrics lacks m3serve:http_refused_total{{reason={reason}}}")
+    return int(m.group(1))
+
+
 def wait_until(pred, what, timeout=20.0, step=0.05):
     deadline = time.time() + timeout
     while time.time() < deadline:
@@ -254,6 +262,8 @@ def case_bodies(srv):
     # A header over the limit.
     r = request(p, "GET", "/health", headers={"X-Big": "a" * 40000})
     check(r[0] == 431, f"40 KB header: status {r[0]}")
+    check(refused(p, "too_large") == 2 and refused(p, "malformed") == 4,
+          f"refusal counters: too_large {refused(p, 'too_large')}, malformed {refused(p, 'malformed')}")
     check(srv.alive(), "the server died")
 
 
@@ -388,6 +398,8 @@ def case_slowloris(srv):
             return True
 
         wait_until(all_closed, "the trickling connections to be closed", timeout=15)
+        check(refused(p, "evicted") >= 100 and refused(p, "timeout") > 0,
+              f"refusal counters: evicted {refused(p, 'evicted')}, timeout {refused(p, 'timeout')}")
     finally:
         stop.set()
         t.join()
@@ -421,6 +433,7 @@ def case_connection_cap(srv):
     for s in busy:
         s.close()
     wait_until(lambda: request(p, "GET", "/health", timeout=5)[0] == 200, "/health after the streams closed")
+    check(refused(p, "connection_cap") >= 1 and refused(p, "evicted") >= 1, "m3serve:http_refused_total counters")
 
 
 def stream_request(port, body, path="/v1/completions"):
@@ -484,6 +497,7 @@ def case_backpressure(srv):
     r = request(p, "POST", "/v1/completions", dict(long, stream=False, max_tokens=4), timeout=10)
     e = expect_error(r, 503, "a request past --max-waiting-requests", contains="--max-waiting-requests")
     check(r[1].get("retry-after") == "1", f"503 without Retry-After: {r[1]}")
+    check(refused(p, "busy") == 1, "m3serve:http_refused_total{reason=busy}")
     # Liveness and metrics answer at once under load.
     worst = max(healthy_within(p, 2) for _ in range(20))
     check(worst < 1.0, f"/health took {worst:.2f} s under load")
