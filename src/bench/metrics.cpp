@@ -1,4 +1,4 @@
-// Serving-benchmark metric definitions (spec/serving.md 10.2); see metrics.h.
+// Serving-benchmark metric definitions (docs/serving.md 10.2); see metrics.h.
 #include "bench/metrics.h"
 
 #include <algorithm>

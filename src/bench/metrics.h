@@ -1,4 +1,4 @@
-// Serving-benchmark metrics (spec/serving.md 10.2, as `vllm bench serve` computes them): per-request
+// Serving-benchmark metrics (docs/serving.md 10.2, as `vllm bench serve` computes them): per-request
 // traces in, TTFT / TPOT / ITL / E2EL statistics and request / token throughputs out. Pure
 // computation, no clocks, so the definitions can be tested on synthetic traces.
 #pragma once

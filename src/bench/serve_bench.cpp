@@ -130,7 +130,7 @@ struct Prompt {
   int64_t prompt_len = 0, output_len = 0;
 };
 
-// spec/serving.md 10.1: lengths uniform in [floor(L(1-r)), ceil(L(1+r))]; a body of consecutive
+// docs/serving.md 10.1: lengths uniform in [floor(L(1-r)), ceil(L(1+r))]; a body of consecutive
 // allowed ids from a random offset; decoded, re-encoded and trimmed / padded to the target length.
 std::vector<Prompt> random_dataset(const ServeBenchOptions& o, TokenBackend& tok) {
   if (!(o.random_range_ratio >= 0 && o.random_range_ratio < 1)) throw Error("--random-range-ratio must be in [0, 1)");

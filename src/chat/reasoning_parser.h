@@ -1,6 +1,6 @@
 // Reasoning parsers (minimax_m3, minimax_m2, minimax_m2_append_think): split model output into
 // `reasoning` and `content`, non-streaming and as a streaming state machine over detokenised text
-// that still contains the special tokens (serving.md 4 and 6).
+// that still contains the special tokens (docs/serving.md 4 and 6).
 #pragma once
 #include <optional>
 #include <string>

@@ -1,6 +1,6 @@
 // Tool-call parsers (minimax_m3 and minimax_m2): extract tool calls from model output, typed by the
 // request's JSON schemas, non-streaming and as a streaming state machine that emits OpenAI-style
-// tool-call deltas (serving.md 5 and 6).
+// tool-call deltas (docs/serving.md 5 and 6).
 #pragma once
 #include <functional>
 #include <optional>

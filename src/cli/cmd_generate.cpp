@@ -3,6 +3,7 @@
 // the engine and the results are written to --output in the same order.
 #include <omp.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -108,21 +109,36 @@ void run_batch(Opts& o) {
   Tokenizer tok = Tokenizer::from_dir(o.model);
   std::ifstream in(o.input);
   if (!in) throw Error(o.input + ": cannot open");
+  // A line that cannot run (bad JSON, a bad or unsupported field, more tokens than --max-model-len)
+  // gets an {"error": ...} line in its place; the others go on.
   std::vector<OfflineRequest> reqs;
+  std::vector<std::string> errors;
   std::string line;
   for (int n = 1; std::getline(in, line); ++n) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    nlohmann::json j;
+    const std::string where = o.input + " line " + std::to_string(n);
+    reqs.emplace_back();
+    errors.emplace_back();
     try {
-      j = nlohmann::json::parse(line);
-    } catch (const std::exception& e) {
-      throw Error(o.input + " line " + std::to_string(n) + ": not valid JSON (" + e.what() + ")");
+      nlohmann::ordered_json j;
+      try {
+        j = nlohmann::ordered_json::parse(line);
+      } catch (const std::exception& e) {
+        throw Error(where + ": not valid JSON (" + e.what() + ")");
+      }
+      reqs.back() = parse_offline_request(j, tok, where);
+    } catch (const Error& e) {
+      errors.back() = e.what();
     }
-    reqs.push_back(parse_offline_request(j, tok, o.input + " line " + std::to_string(n)));
   }
   // Without --kv-cache-memory the pool holds every request at once (prompt + max_tokens each).
-  for (const OfflineRequest& r : reqs) ec.kv_tokens_needed += int64_t(r.prompt_ids.size()) + r.params.max_tokens;
-  ec.kv_sequences = int(std::max<size_t>(reqs.size(), 1));
+  size_t valid = 0;
+  for (size_t i = 0; i < reqs.size(); ++i)
+    if (errors[i].empty()) {
+      ec.kv_tokens_needed += int64_t(reqs[i].prompt_ids.size()) + reqs[i].params.max_tokens;
+      ++valid;
+    }
+  ec.kv_sequences = int(std::max<size_t>(valid, 1));
   Engine engine(model, &tok, ec);
   std::fprintf(stderr, "[m3serve] %s\n", engine.describe().c_str());
   struct Result {
@@ -134,10 +150,11 @@ void run_batch(Opts& o) {
   };
   std::vector<Result> results(reqs.size());
   for (size_t i = 0; i < reqs.size(); ++i) {
+    if (!errors[i].empty()) continue;
     try {
       engine.add_request(std::to_string(i), reqs[i].prompt_ids, reqs[i].params);
     } catch (const Error& e) {
-      throw Error(o.input + " request " + std::to_string(i + 1) + ": " + e.what());
+      errors[i] = o.input + " request " + std::to_string(i + 1) + ": " + e.what();
     }
   }
   const auto t0 = clock_type::now();
@@ -156,8 +173,15 @@ void run_batch(Opts& o) {
   const double secs = std::chrono::duration<double>(clock_type::now() - t0).count();
   std::ofstream out(o.output);
   if (!out) throw Error(o.output + ": cannot open for writing");
-  for (const auto& r : results) {
+  for (size_t i = 0; i < results.size(); ++i) {
+    const Result& r = results[i];
     nlohmann::json j;
+    if (!errors[i].empty()) {
+      j["error"] = errors[i];
+      out << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+      std::fprintf(stderr, "[m3serve] error: %s\n", errors[i].c_str());
+      continue;
+    }
     j["text"] = r.text;
     j["token_ids"] = r.ids;
     j["finish_reason"] = r.finish;
@@ -180,6 +204,10 @@ void run_batch(Opts& o) {
                reqs.size(), (long long)generated, secs, double(generated) / secs, (long long)st.steps,
                (long long)st.prefix_hits, (long long)st.prefix_queries, (long long)st.preemptions);
   if (engine.speculative()) std::fprintf(stderr, "[m3serve] %s\n", engine.spec_summary().c_str());
+  const size_t failed = reqs.size() - size_t(std::count(errors.begin(), errors.end(), std::string()));
+  if (failed)
+    std::fprintf(stderr, "[m3serve] %zu of %zu requests failed: their lines in %s hold {\"error\": ...}\n", failed,
+                 reqs.size(), o.output.c_str());
 }
 
 }  // namespace

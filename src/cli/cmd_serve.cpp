@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -14,6 +15,7 @@
 #include "cli/commands.h"
 #include "cli/engine_flags.h"
 #include "engine/engine.h"
+#include "events/zmq_event_publisher.h"
 #include "formats/error.h"
 #include "model/model.h"
 #include "server/http_server.h"
@@ -125,7 +127,7 @@ void run_serve(ServeOpts& o, CLI::App* sub) {
     if (sub->count(flag) > 0) na.push_back(flag);
   };
   for (const char* f : {"--compilation-config", "--quantization-config.moe",
-                        "--kv-transfer-config", "--moe-backend", "--kernel-config", "--kv-events-config",
+                        "--kv-transfer-config", "--moe-backend", "--kernel-config",
                         "--data-parallel-address", "--data-parallel-size-local", "--data-parallel-start-rank",
                         "--data-parallel-rpc-port", "--data-parallel-hybrid-lb", "--max-cudagraph-capture-size",
                         "--dbo-prefill-token-threshold", "--dbo-decode-token-threshold", "--enable-dbo",
@@ -153,6 +155,19 @@ void run_serve(ServeOpts& o, CLI::App* sub) {
     std::fprintf(stderr, "[m3serve] %s\n", d.c_str());
   Tokenizer tok = Tokenizer::from_dir(dir);
   Engine engine(model, &tok, ec);
+  // KV cache events for KV-aware routers (--kv-events-config, vLLM's JSON): published from their own
+  // thread, so a step never waits on them.
+  const events::KvEventsConfig kvc = events::KvEventsConfig::parse(o.kv_events_config);
+  std::unique_ptr<events::ZmqEventPublisher> kv_pub;
+  if (kvc.publishing()) {
+    kv_pub = std::make_unique<events::ZmqEventPublisher>(kvc);
+    engine.set_kv_event_sink(kv_pub.get());
+    std::fprintf(stderr, "[m3serve] KV events published on %s (ZMQ PUB, topic \"%s\")%s%s\n", kv_pub->endpoint().c_str(),
+                 kvc.topic.c_str(), kv_pub->replay_endpoint().empty() ? "" : ", replay on ",
+                 kv_pub->replay_endpoint().c_str());
+  } else if (kvc.enable_kv_cache_events) {
+    std::fprintf(stderr, "[m3serve] %s\n", kvc.describe().c_str());
+  }
 
   ctx.served_names = o.served_names.empty() ? std::vector<std::string>{dir} : o.served_names;
   ctx.model_path = dir;
@@ -189,6 +204,16 @@ void run_serve(ServeOpts& o, CLI::App* sub) {
   ho.shutdown_timeout_s = o.http.shutdown_timeout_s;
   ho.limits = o.http.limits;
   server::run_http_server(engine, ctx, ho);
+  if (kv_pub) {
+    kv_pub->flush(std::chrono::milliseconds(1000));
+    const auto ks = kv_pub->stats();
+    const auto es = engine.stats();
+    std::fprintf(stderr,
+                 "[m3serve] KV events: %llu batches (%llu events) published, %llu dropped; publishing took %.3f ms "
+                 "of the engine thread over %lld steps\n",
+                 (unsigned long long)ks.published, (unsigned long long)ks.events, (unsigned long long)ks.dropped,
+                 ks.publish_seconds * 1e3, (long long)es.steps);
+  }
 }
 
 }  // namespace
@@ -269,7 +294,9 @@ void register_serve(CLI::App& app) {
   sub->add_option("--compilation-config,-O", o->compilation_config, "Not applicable (CUDA graphs / torch.compile)");
   sub->add_option("--quantization-config.moe", o->quant_moe, "Not applicable (GPU MoE re-quantization)");
   sub->add_option("--kv-transfer-config", o->kv_transfer_config, "Not applicable (disaggregated serving)");
-  sub->add_option("--kv-events-config", o->kv_events_config, "Not applicable");
+  sub->add_option("--kv-events-config", o->kv_events_config,
+                  "KV cache events for KV-aware routers, vLLM's JSON: '{\"enable_kv_cache_events\": true, "
+                  "\"publisher\": \"zmq\", \"endpoint\": \"tcp://*:5557\", \"replay_endpoint\": ..., \"topic\": ...}'");
   sub->add_option("--moe-backend", o->moe_backend, "Not applicable (GPU MoE kernels)");
   sub->add_option("--kernel-config", o->kernel_config, "Not applicable");
   sub->add_option("--load-format", o->load_format, "Not applicable (safetensors only)");

@@ -16,10 +16,10 @@ int main(int argc, char** argv) {
   // A step is many short parallel regions. OpenMP threads that spin long at barriers lose badly
   // whenever another process shares the cores; threads that sleep at once (the passive policy) pay
   // a wake-up per region. A short spin (GOMP_SPINCOUNT=2000, about 20 us) catches the gaps inside a
-  // step and then sleeps: decode on the mid preset, 2 cores, against passive, 13-30% faster alone
-  // (four alternated pairs) and the same beside a busy process (30 vs 30-33 tokens/s; spinning
-  // 20000 halved that). libgomp reads these before main() runs, so unless the user chose a policy or
-  // a spin count (OMP_WAIT_POLICY=active is best on a dedicated machine), restart once with it.
+  // step and then sleeps: faster than passive alone on the machine, and no worse beside a busy process,
+  // where longer spins lose (docs/benchmarks.md section 3.4). libgomp reads these before main() runs,
+  // so unless the user chose a policy or a spin count (OMP_WAIT_POLICY=active is best on a dedicated
+  // machine), restart once with it.
   if (!std::getenv("OMP_WAIT_POLICY") && !std::getenv("GOMP_SPINCOUNT")) {
     ::setenv("GOMP_SPINCOUNT", "2000", 1);
     ::execv("/proc/self/exe", argv);  // only returns on failure: carry on with the default policy

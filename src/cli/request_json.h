@@ -15,7 +15,9 @@ struct OfflineRequest {
   SamplingParams params;
 };
 
-// `where` prefixes messages, e.g. "input.jsonl line 3".
-OfflineRequest parse_offline_request(const nlohmann::json& j, const Tokenizer& tok, const std::string& where);
+// `where` prefixes messages, e.g. "input.jsonl line 3". Throws m3::Error naming the field: a wrong
+// type or range, an unknown field, or a known vLLM field this build does not implement (refused by
+// name, see server/request_fields.h).
+OfflineRequest parse_offline_request(const nlohmann::ordered_json& j, const Tokenizer& tok, const std::string& where);
 
 }  // namespace m3::cli

@@ -67,6 +67,11 @@ int32_t BlockPool::allocate() {
         break;
       }
     has_hash_[b] = 0;
+    if (events_) {
+      if (events_->empty() || events_->back().kind != KvCacheEvent::Kind::Removed)
+        events_->push_back(KvCacheEvent{KvCacheEvent::Kind::Removed, {}, false, 0, {}});
+      events_->back().hashes.push_back(hash_[b]);
+    }
   }
   ref_[b] = 1;
   return b;
@@ -108,11 +113,28 @@ void BlockPool::publish(int32_t b, uint64_t hash, uint64_t parent, const int32_t
   parent_[b] = parent;
   std::memcpy(&tokens_[size_t(b) * block_size_], tokens, size_t(block_size_) * sizeof(int32_t));
   by_hash_.emplace(hash, b);
+  if (events_) {
+    // The next page of the chain the last event stored: one event (vLLM's BlockStored holds a chain).
+    const bool extend = !events_->empty() && events_->back().kind == KvCacheEvent::Kind::Stored &&
+                        events_->back().hashes.back() == parent;
+    if (!extend) events_->push_back(KvCacheEvent{KvCacheEvent::Kind::Stored, {}, parent != 0, parent, {}});
+    KvCacheEvent& e = events_->back();
+    e.hashes.push_back(hash);
+    e.tokens.insert(e.tokens.end(), tokens, tokens + block_size_);
+  }
 }
 
 void BlockPool::clear_cache() {
   by_hash_.clear();
   std::fill(has_hash_.begin(), has_hash_.end(), 0);
+  if (events_) events_->push_back(KvCacheEvent{KvCacheEvent::Kind::Cleared, {}, false, 0, {}});
+}
+
+std::vector<uint64_t> BlockPool::cached_hashes() const {
+  std::vector<uint64_t> out;
+  for (int32_t b = 0; b < n_; ++b)
+    if (has_hash_[b]) out.push_back(hash_[b]);
+  return out;
 }
 
 }  // namespace m3

@@ -8,6 +8,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "engine/kv_events.h"
+
 namespace m3 {
 
 uint64_t hash_block(uint64_t parent, const int32_t* tokens, int n);
@@ -36,6 +38,12 @@ class BlockPool {
   // Drops every cached identity (free pages stay free). For resets and tests.
   void clear_cache();
 
+  // Records KV cache events into *log (null: off): a page entering the cache, a cached page evicted,
+  // the cache cleared. Consecutive pages of one chain are merged into one event.
+  void set_event_log(std::vector<KvCacheEvent>* log) { events_ = log; }
+  // The hashes of every page now in the prefix cache (held or free), in page order. For tests.
+  std::vector<uint64_t> cached_hashes() const;
+
  private:
   // The cached page with exactly this identity (hash, parent, tokens), or -1.
   int32_t find_cached(uint64_t hash, uint64_t parent, const int32_t* tokens) const;
@@ -53,6 +61,7 @@ class BlockPool {
   int32_t head_ = -1, tail_ = -1;
   int64_t free_count_ = 0;
   std::unordered_multimap<uint64_t, int32_t> by_hash_;
+  std::vector<KvCacheEvent>* events_ = nullptr;
 };
 
 }  // namespace m3

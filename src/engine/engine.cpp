@@ -2,11 +2,13 @@
 #include "engine/engine.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <random>
 #include <sstream>
+#include <stdexcept>
 
 #include "formats/error.h"
 
@@ -62,7 +64,9 @@ Engine::Engine(Model& model, const Tokenizer* tok, const EngineConfig& cfg) : mo
     if (cfg.kv_cache_memory_gib <= 0 && cfg.kv_tokens_needed > 0) {
       const int64_t slack = cfg.spec.enabled ? cfg.spec.num_speculative_tokens + 1 : 0;
       const int64_t seqs = std::max(cfg.kv_sequences, 1);
-      const int64_t need = (cfg.kv_tokens_needed + seqs * slack + block_size_ - 1) / block_size_ + seqs;
+      int64_t need = (cfg.kv_tokens_needed + seqs * slack + block_size_ - 1) / block_size_ + seqs;
+      // An explicit --max-model-len is a promise that one sequence of that length fits.
+      if (cfg.max_model_len > 0) need = std::max(need, (cfg.max_model_len + block_size_ - 1) / block_size_);
       pool_pages_ = std::min(pool_pages_, need);
     }
     if (pool_pages_ < 1)
@@ -74,10 +78,32 @@ Engine::Engine(Model& model, const Tokenizer* tok, const EngineConfig& cfg) : mo
   if (cfg.max_num_batched_tokens < 1) throw Error("--max-num-batched-tokens must be at least 1");
   if (cfg.long_prefill_token_threshold < 0) throw Error("--long-prefill-token-threshold must be >= 0");
   if (!(cfg.watermark >= 0 && cfg.watermark < 1)) throw Error("--watermark must be in [0, 1)");
-  max_model_len_ = cfg.max_model_len > 0 ? cfg.max_model_len : mc.max_position_embeddings;
-  if (max_model_len_ > mc.max_position_embeddings)
-    throw Error("--max-model-len " + std::to_string(max_model_len_) + " exceeds the model's max_position_embeddings " +
+  if (cfg.max_model_len < 0) throw Error("--max-model-len must be positive");
+  if (cfg.max_model_len > mc.max_position_embeddings)
+    throw Error("--max-model-len " + std::to_string(cfg.max_model_len) + " exceeds the model's max_position_embeddings " +
                 std::to_string(mc.max_position_embeddings));
+  // As vLLM does at start: one sequence of the maximum length must fit the pool, so that every
+  // request admitted (prompt + max_tokens <= max-model-len) can run to completion, alone if need be.
+  const int64_t pool_tokens = pool_pages_ * block_size_;
+  if (cfg.max_model_len > 0) {
+    if (cfg.max_model_len > pool_tokens) {
+      const int64_t pages_needed = (cfg.max_model_len + block_size_ - 1) / block_size_;
+      char buf[640];
+      std::snprintf(buf, sizeof buf,
+                    "--max-model-len %lld needs %lld KV pages of %d tokens (%.3f GiB) for one sequence, but the KV "
+                    "cache holds %lld pages (%lld tokens, %.3f GiB). Lower --max-model-len to at most %lld, or raise "
+                    "--kv-cache-memory to at least %.3f GiB",
+                    (long long)cfg.max_model_len, (long long)pages_needed, block_size_,
+                    double(page) * double(pages_needed) / double(1ull << 30), (long long)pool_pages_,
+                    (long long)pool_tokens, double(page) * double(pool_pages_) / double(1ull << 30),
+                    (long long)pool_tokens, double(page) * double(pages_needed) / double(1ull << 30) + 0.0005);
+      throw Error(buf);
+    }
+    max_model_len_ = cfg.max_model_len;
+  } else {
+    max_model_len_ = std::min(mc.max_position_embeddings, pool_tokens);
+    max_model_len_from_pool_ = max_model_len_ < mc.max_position_embeddings;
+  }
   eos_ = mc.eos_id >= 0 ? mc.eos_id : (tok ? tok->eos_id() : -1);
   kv_ = std::make_unique<KVPool>(mc, block_size_, kv_dtype_, ik_dtype_, pool_pages_);
   if (draft_)
@@ -106,6 +132,9 @@ std::string Engine::describe() const {
     << ", index-K " << kv_dtype_name(ik_dtype_) << "), prefix caching " << (cfg_.enable_prefix_caching ? "on" : "off")
     << ", max-num-seqs " << cfg_.max_num_seqs << ", max-num-batched-tokens " << cfg_.max_num_batched_tokens
     << ", max-model-len " << max_model_len_;
+  if (max_model_len_from_pool_)
+    o << " (the most the KV cache holds; the model's max_position_embeddings is "
+      << model_.config().max_position_embeddings << ": raise --kv-cache-memory for more)";
   if (draft_)
     o << "; " << cfg_.spec.describe() << "; draft " << draft_->config().dir << " (" << draft_->config().n_layers
       << " layers, block " << draft_->config().block_size << ", KV " << kv_dtype_name(draft_kv_dtype_)
@@ -121,13 +150,19 @@ void Engine::add_request(const std::string& id, std::vector<int32_t> prompt, con
   for (int32_t t : prompt)
     if (t < 0 || t >= V)
       throw Error("prompt token id " + std::to_string(t) + " is outside the vocabulary [0, " + std::to_string(V) + ")");
-  if (int64_t(prompt.size()) >= max_model_len_)
-    throw Error("the prompt has " + std::to_string(prompt.size()) + " tokens, but --max-model-len is " +
-                std::to_string(max_model_len_) + " (prompt plus at least one generated token must fit)");
-  const int64_t pages = (int64_t(prompt.size()) + 1 + block_size_ - 1) / block_size_;
-  if (pages > pool_pages_)
-    throw Error("the prompt has " + std::to_string(prompt.size()) + " tokens, more than the KV cache holds (" +
-                std::to_string(capacity_tokens()) + " tokens); raise --kv-cache-memory");
+  // Every admitted request fits the pool alone (max-model-len <= the pool, checked at start), so the
+  // scheduler can always run it to completion: what cannot fit is refused here, never ended empty.
+  const std::string limit = "--max-model-len is " + std::to_string(max_model_len_) +
+                            (max_model_len_from_pool_ ? " (the most the KV cache holds: raise --kv-cache-memory)" : "");
+  const int64_t plen = int64_t(prompt.size());
+  if (plen >= max_model_len_)
+    throw Error("the prompt has " + std::to_string(plen) + " tokens, but " + limit +
+                " (prompt plus at least one generated token must fit)");
+  if (int64_t(params.max_tokens) > max_model_len_ - plen)
+    throw Error("the prompt has " + std::to_string(plen) + " tokens and max_tokens is " +
+                std::to_string(params.max_tokens) + ": " + std::to_string(plen + params.max_tokens) +
+                " tokens, but " + limit + "; ask for at most " + std::to_string(max_model_len_ - plen) +
+                " tokens");
   auto s = std::make_unique<Sequence>();
   s->id = next_id_++;
   s->request_id = id;
@@ -138,6 +173,26 @@ void Engine::add_request(const std::string& id, std::vector<int32_t> prompt, con
   if (tok_) s->detok = std::make_unique<IncrementalDetokenizer>(*tok_, true);
   sched_->add(s.get());
   seqs_.emplace(id, std::move(s));
+}
+
+void Engine::set_kv_event_sink(KvEventSink* sink) {
+  kv_sink_ = sink;
+  kv_events_.clear();
+  blocks_->set_event_log(sink ? &kv_events_ : nullptr);
+}
+
+void Engine::flush_kv_events() {
+  if (!kv_sink_ || kv_events_.empty()) return;
+  const double ts = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  kv_sink_->publish(ts, block_size_, std::move(kv_events_));
+  kv_events_.clear();
+}
+
+bool Engine::reset_prefix_cache() {
+  if (!cfg_.enable_prefix_caching) return false;
+  blocks_->clear_cache();
+  flush_kv_events();
+  return true;
 }
 
 bool Engine::abort(const std::string& id) {
@@ -290,21 +345,12 @@ std::vector<RequestOutput> Engine::step() {
   std::vector<RequestOutput> outs;
   std::vector<ScheduledChunk> plan = sched_->schedule();
   if (plan.empty()) {
-    // Nothing could run: the first waiting request cannot fit even into an empty pool (it grew past
-    // the pool while running). End it rather than spin.
-    if (sched_->num_running() == 0 && sched_->num_waiting() > 0) {
-      for (auto& [id, s] : seqs_) {
-        if (s->status == Sequence::Status::Waiting) {
-          RequestOutput out;
-          out.request_id = id;
-          out.num_prompt_tokens = int64_t(s->prompt.size());
-          finish(s.get(), FinishReason::Length, out);
-          outs.push_back(std::move(out));
-          seqs_.erase(id);
-          break;
-        }
-      }
-    }
+    // The scheduler always runs something while there is work (the head of the queue fits the pool
+    // alone); an empty plan would be a bug, and ending a request for it would lose it silently.
+    if (sched_->has_work())
+      throw std::logic_error("scheduler made no progress with " + std::to_string(sched_->num_running()) +
+                             " running and " + std::to_string(sched_->num_waiting()) + " waiting requests");
+    flush_kv_events();
     return outs;
   }
   const int64_t V = model_.config().vocab;
@@ -403,6 +449,7 @@ std::vector<RequestOutput> Engine::step() {
     outs.push_back(std::move(out));
   }
   for (const auto& id : done) seqs_.erase(id);
+  flush_kv_events();
   return outs;
 }
 

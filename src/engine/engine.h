@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "engine/block_pool.h"
+#include "engine/kv_events.h"
 #include "engine/kv_format.h"
 #include "engine/kv_pool.h"
 #include "formats/host_memory.h"
@@ -77,20 +78,28 @@ class Engine {
   Engine(Model& model, const Tokenizer* tok, const EngineConfig& cfg);
   ~Engine();
 
-  // Queues a request. Throws m3::Error for an invalid one (empty or too long prompt, bad params,
-  // duplicate id).
+  // Queues a request. Throws m3::Error for an invalid one (empty prompt, prompt + max_tokens over
+  // max-model-len, bad params, duplicate id). Every request accepted runs to completion: at most
+  // max-model-len tokens, which the pool holds alone.
   void add_request(const std::string& id, std::vector<int32_t> prompt, const SamplingParams& params);
   // Ends a request at once and frees its pages; returns false if it is unknown or finished.
   bool abort(const std::string& id);
   // Runs one step; returns the outputs of the requests that advanced or finished.
   std::vector<RequestOutput> step();
   bool has_work() const { return sched_->has_work(); }
+  // KV cache events (pages entering and leaving the prefix cache) go to `sink` after each step; null
+  // turns them off. The sink must outlive the engine's steps.
+  void set_kv_event_sink(KvEventSink* sink);
+  // Drops every cached page identity (vLLM's /reset_prefix_cache); running requests go on. Emits
+  // AllBlocksCleared. Returns false when prefix caching is off.
+  bool reset_prefix_cache();
 
   EngineStats stats() const;
   const EngineConfig& config() const { return cfg_; }
   int block_size() const { return block_size_; }
   int64_t capacity_tokens() const { return pool_pages_ * block_size_; }
   int64_t num_pages() const { return pool_pages_; }
+  // In force: --max-model-len, else the smaller of max_position_embeddings and the pool's capacity.
   int64_t max_model_len() const { return max_model_len_; }
   std::string describe() const;  // one line for the start-up log
   const BlockPool& block_pool() const { return *blocks_; }
@@ -100,6 +109,7 @@ class Engine {
 
  private:
   void finish(Sequence* s, FinishReason r, RequestOutput& out);
+  void flush_kv_events();
   bool check_stop(Sequence* s, RequestOutput& out);
   // Emits token t for s (logprobs from `logits`, the raw target row); true when s finished.
   bool emit(Sequence* s, int32_t t, const float* logits, RequestOutput& out);
@@ -114,6 +124,7 @@ class Engine {
   int block_size_ = 128;
   int64_t pool_pages_ = 0;
   int64_t max_model_len_ = 0;
+  bool max_model_len_from_pool_ = false;  // no --max-model-len: the pool's capacity was taken
   int32_t eos_ = -1;
   KVDtype kv_dtype_, ik_dtype_;
   std::unique_ptr<KVPool> kv_;
@@ -126,6 +137,8 @@ class Engine {
   std::vector<BatchItem> items_;
   std::vector<std::unique_ptr<PagedKV>> views_;
   std::vector<std::vector<int32_t>> step_tokens_;  // per scheduled chunk, reused across steps
+  KvEventSink* kv_sink_ = nullptr;
+  std::vector<KvCacheEvent> kv_events_;  // this step's, recorded by the block pool while a sink is set
 
   // DSpark (null when speculative decoding is off). The draft's K/V live in a second pool indexed
   // by the same page ids, so prefix caching, preemption and rollback treat them like the target's.

@@ -1,4 +1,4 @@
-// Element formats of the paged KV cache lanes (formats.md sections 5-7): one row (a K or V head of
+// Element formats of the paged KV cache lanes (docs/formats.md sections 5-7): one row (a K or V head of
 // one token, or one index key) encoded as fp32, bf16, fp8 E4M3 (per-layer scale, 1.0 when the
 // checkpoint ships none) or NVFP4 (16-element E4M3 block scales; the row stores its packed E2M1
 // codes followed by its scales: dim/2 + dim/16 bytes, 72 B for a 128-dim row).

@@ -40,11 +40,8 @@ class KVPool {
   uint8_t* row(std::vector<HugePageBuffer>& lane, int layer, int64_t page, int slot, int g, size_t rb) {
     // One KV head's rows of a block are contiguous (read in place or decoded as one stream). Dense
     // layers keep each head's pages together, so that a head's consecutive pages form one stream for
-    // the thread that attends with it; sparse layers keep a page's heads together. Speed (kernels_bench
-    // BM_attention_decode/16384/K/1/1, a dense layer from a cold cache, 2 threads, five alternated
-    // rounds, min of 3): BF16 894-1250 -> 800-1057 us, NVFP4 818-857 -> 755-828, FP8 982-1113 ->
-    // 939-993; the head-major order measured slower on a sparse layer's 16 selected pages
-    // (BM_attention_decode/16384/1/0/1 225-272 -> 260-398 us).
+    // the thread that attends with it; sparse layers keep a page's heads together, since the head-major
+    // order was slower on a sparse layer's few selected pages (figures: docs/benchmarks.md section 5).
     const int64_t i = cfg_.sparse_layer[layer] ? page * cfg_.n_kv_heads + g : int64_t(g) * num_pages_ + page;
     return lane[layer].data() + (i * block_size_ + slot) * rb;
   }

@@ -112,14 +112,19 @@ std::vector<ScheduledChunk> Scheduler::schedule() {
     plan.push_back({s, s->num_computed, n, s->num_computed + n == s->num_tokens(), spec});
     budget -= n + spec;
   }
-  if (preempted) return plan;  // no admissions in a step that had to preempt
+  // No admissions in a step that had to preempt, unless nothing is left running (every running
+  // sequence was preempted): then the head of the queue runs alone, as it always fits the pool alone.
+  if (preempted && !plan.empty()) return plan;
   const int64_t watermark_pages = int64_t(std::ceil(cfg_.watermark * double(pool_.num_blocks())));
   while (!waiting_.empty() && budget > 0 && int64_t(running_.size()) < cfg_.max_num_seqs) {
     Sequence* s = waiting_.front();
     const int64_t hit = prefix_hit(s);
     const int64_t total_pages = (s->num_tokens() + cfg_.block_size - 1) / cfg_.block_size;
     const int64_t more = total_pages - int64_t(s->blocks.size());
-    if (pool_.num_free() - more < watermark_pages) {
+    // The watermark keeps room for the running sequences to grow; with none running there is nothing
+    // to keep room for, and a prompt that fits the pool alone must run (else it would wait forever).
+    const int64_t keep = running_.empty() ? 0 : watermark_pages;
+    if (pool_.num_free() - more < keep) {
       release_pages(s);
       break;
     }

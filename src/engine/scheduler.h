@@ -2,8 +2,11 @@
 // gives running sequences their next tokens (a decode token, or the next chunk of an unfinished
 // prefill), then admits waiting sequences with prefill chunks while budget, --max-num-seqs and free
 // pages allow. Long prompts are cut into chunks of at most --long-prefill-token-threshold tokens.
-// Admission keeps a --watermark fraction of pages free; when a running sequence cannot get a page,
-// the latest-admitted one is preempted (pages released, recomputed later from its tokens).
+// Admission keeps a --watermark fraction of pages free while others run (never when nothing runs:
+// the head of the queue then runs alone); admission is in arrival order, so no request waits behind
+// later ones. When a running sequence cannot get a page, the latest-admitted one is preempted (pages
+// released, recomputed later from its tokens) and goes back to the front of the queue. A sequence that
+// fits the pool alone therefore always completes: the Engine admits nothing longer than the pool.
 #pragma once
 #include <cstdint>
 #include <deque>

@@ -1,4 +1,4 @@
-// SpeculativeConfig: the --speculative-config JSON object, with vLLM's keys (serving.md section 3):
+// SpeculativeConfig: the --speculative-config JSON object, with vLLM's keys (docs/serving.md section 3):
 // method (dspark), num_speculative_tokens, draft_sample_method, rejection_sample_method, the draft's
 // kv_cache_dtype, an optional draft `model` folder, and the synthetic-acceptance settings used for
 // benchmarking. Unknown keys and values are errors that name the key and the allowed values.

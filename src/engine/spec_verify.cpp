@@ -1,6 +1,6 @@
 // Verification rules for speculative decoding: greedy (§2.2), token-wise rejection sampling
 // (§2.3), exact block verification (§2.4) and the benchmarking-only synthetic acceptance, as
-// pure functions over the target / draft distributions (see spec_verify.h and serving.md §2).
+// pure functions over the target / draft distributions (see spec_verify.h and docs/serving.md §2).
 #include "engine/spec_verify.h"
 
 #include <algorithm>

@@ -1,4 +1,4 @@
-// Speculative-decoding verification rules (serving.md §2): given the drafts d_1..d_gamma, the
+// Speculative-decoding verification rules (docs/serving.md §2): given the drafts d_1..d_gamma, the
 // target distributions P_0..P_gamma along the drafted path and the draft distributions
 // q_1..q_gamma, decide how many drafts to keep and the one extra token to emit. Pure functions:
 // no engine state; randomness comes from the request's own Sampler so it stays seeded.
@@ -11,7 +11,7 @@
 
 namespace m3 {
 
-// `rejection_sample_method` of the speculative config (serving.md §3).
+// `rejection_sample_method` of the speculative config (docs/serving.md §3).
 enum class RejectionMethod { Block, Standard, Synthetic };
 // "block" | "standard" | "synthetic"; anything else throws m3::Error naming the allowed values.
 RejectionMethod parse_rejection_method(const std::string& s);

@@ -1,4 +1,4 @@
-// Reference (scalar) dequantisation of MXFP8 and NVFP4 weight rows to float (formats.md 2-3).
+// Reference (scalar) dequantisation of MXFP8 and NVFP4 weight rows to float (docs/formats.md 2-3).
 // Used by tests and by the reference forward pass; fast kernels must agree with these.
 #pragma once
 #include <cstdint>

@@ -1,5 +1,5 @@
 // Element formats: the checkpoint dtypes and the bit-exact decoders for BF16, F16, E4M3 (FN),
-// E8M0 and E2M1 (formats.md section 1). Decoders are table-free inline functions; hot loops use
+// E8M0 and E2M1 (docs/formats.md section 1). Decoders are table-free inline functions; hot loops use
 // the lookup tables in element_tables.h.
 #pragma once
 #include <cmath>

@@ -1,9 +1,8 @@
 // Anonymous host memory advised for transparent huge pages: the weights when they are read into
 // memory (the default when they fit; --no-mmap) and the paged KV pool. Decode streams hundreds of MB
 // per token and long-context attention walks tens of MB of K/V; on 4 KiB pages that is one TLB miss
-// per 4 KiB (expensive in virtual machines), on 2 MiB pages one per 2 MiB. Measured on a 2-core VM:
-// decode +11-16% with the weights on huge pages, block attention over a 16K-token BF16 cache 4-18%
-// faster. Where the kernel has no THP (or it is disabled) the advice is ignored and the memory
+// per 4 KiB (expensive in virtual machines), on 2 MiB pages one per 2 MiB (figures: docs/benchmarks.md
+// section 3.3). Where the kernel has no THP (or it is disabled) the advice is ignored and the memory
 // behaves like any other.
 #pragma once
 #include <cstddef>
@@ -40,8 +39,8 @@ class HugePageBuffer {
 // Commits the memory of `bufs` now (pages allocated and zeroed, on huge pages where advised), on
 // all OpenMP threads. The KV pool calls it at start, as vLLM and llama.cpp allocate theirs: a page
 // touched first inside a decode step costs a fault and, where the kernel compacts memory for a huge
-// page, up to ~10 ms (measured on a 2-core VM: 8 stalls of 1-11 ms in 400 decode steps at a 4K
-// context); and memory that is not there fails here with a clear message instead of an OOM kill in
+// page, up to milliseconds (docs/benchmarks.md section 5); and memory that is not there fails here
+// with a clear message instead of an OOM kill in
 // the middle of serving. Throws m3::Error naming `what` and the bytes when the kernel refuses.
 void commit_memory(const std::vector<HugePageBuffer*>& bufs, const std::string& what);
 

@@ -1,5 +1,5 @@
 // Encoders for E4M3 / E2M1 / E8M0 and the MXFP8 / NVFP4 block quantisers (see quantize.h).
-// Hand-written from the rules in formats.md; each step is done in the order the spec gives so
+// Hand-written from the rules in docs/formats.md; each step is done in the order the spec gives so
 // the bytes are reproducible.
 #include "formats/quantize.h"
 

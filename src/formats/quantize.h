@@ -1,4 +1,4 @@
-// Bit-exact encoders for the low-precision weight formats (formats.md sections 1-3): float ->
+// Bit-exact encoders for the low-precision weight formats (docs/formats.md sections 1-3): float ->
 // E4M3 / E2M1 / E8M0 element codes, MXFP8 block quantisation of a weight row and NVFP4
 // (compressed-tensors convention) quantisation of a weight matrix. Used by make-model to write
 // quantised checkpoints and by tests; the rounding rules are the spec's, so bytes match the
@@ -34,7 +34,7 @@ void nvfp4_quantize_row(const float* w, int64_t K, float global, uint8_t* packed
 float nvfp4_quantize(const float* w, int64_t N, int64_t K, uint8_t* packed, uint8_t* scales);
 
 // NVFP4 dynamic activation quantisation of one 16-element block with static global G
-// (formats.md 2.6): s = E4M3(G * amax / 6); multiplier = s ? 1 / (float(s) / G) : 0;
+// (docs/formats.md 2.6): s = E4M3(G * amax / 6); multiplier = s ? 1 / (float(s) / G) : 0;
 // q_i = E2M1(x_i * multiplier). Writes 8 packed bytes and returns the scale byte.
 uint8_t nvfp4_quantize_activation_block(const float* x16, float G, uint8_t* packed8);
 

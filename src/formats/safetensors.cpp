@@ -51,8 +51,8 @@ void pread_all(int fd, const std::string& path, uint8_t* dst, size_t n, size_t o
 
 // WeightMemory::Ram places every tensor on a 64-byte boundary (a cache line, a 512-bit vector).
 // Checkpoint tensors start wherever the header's length leaves them (often only 8-byte aligned),
-// and a kernel's 64-byte load from such a tensor spans two cache lines (speed: BF16 2048 x 2048,
-// one token, 2 threads, from L2: 0.198 ms 8 or 16 bytes off a line against 0.145 ms on one).
+// and a kernel's 64-byte load from such a tensor spans two cache lines, which costs the decode kernels
+// about a quarter of their speed (docs/benchmarks.md section 5).
 constexpr size_t kTensorAlign = 64;
 
 }  // namespace

@@ -4,7 +4,7 @@
 // cache rows are read in place. A chunk of many query tokens (prefill, verification) reads the same
 // blocks once per token: when rows must be decoded to fp32 first (other quantised shapes), each
 // thread keeps the blocks it decoded during this call and reuses them (speed: decoding the same rows
-// for every query token was a third of prefill time).
+// for every query token was a large share of prefill time).
 #include "model/attention.h"
 
 #include <omp.h>
@@ -119,9 +119,8 @@ void attend_blocks(const CpuOps& ops, const KVView& kv, int layer, int g, int D,
       continue;
     }
     // FP8 / NVFP4 cache: read in place and decoded in registers, for one query token, and for many
-    // when the kernel decodes this shape in registers (speed: a 512-token prefill chunk at 16K context,
-    // m3-mxfp8 mid, FP8 cache: 4.52-4.56 s decoding each block once to scratch and reusing it,
-    // 4.16-4.18 s in registers; NVFP4 4.74-4.85 vs 4.69-4.88 s). Otherwise many query tokens decode
+    // when the kernel decodes this shape in registers (speed: for FP8 this beat decoding each block once
+    // to scratch and reusing it; for NVFP4 they were even). Otherwise many query tokens decode
     // each block once into this thread's scratch and reuse it (block_rows below).
     int kind;
     if (const uint8_t* Kq = kv.k_rows_quantised(layer, g, lo, &ks, &kind);

@@ -37,9 +37,8 @@ void index_scan_block(const KVView& kv, int layer, int64_t lo, int64_t n, const 
 // OpenMP chunk for a step's index-scan items ((tile, block) pairs, consecutive blocks of one tile
 // next to each other): up to 8 blocks per grab, so that each thread streams a run of a sequence's
 // pages (consecutive in the pool when they were allocated together) instead of every other page, and
-// at least 4 grabs per thread for balance. Speed: a 16K-token scan of NVFP4 index keys in consecutive
-// pages, from a cold cache, 2 threads: 154 us with one block per grab against 115 us with eight (the
-// hardware's stream prefetch follows one thread's run; each thread alone keeps few misses in flight).
+// at least 4 grabs per thread for balance. Speed: the hardware's stream prefetch follows one thread's
+// run of pages; each thread alone keeps few misses in flight.
 int64_t index_scan_chunk(int64_t items);
 
 // index_scan_block for Q tokens over the same n keys (iq[i], m[i]: token i's index queries and maxima),

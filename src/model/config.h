@@ -1,7 +1,7 @@
 // ModelConfig: every number the forward pass needs, read from a checkpoint's config.json
 // (M3 / M3.1 layouts: top level + text_config + sparse_attention_config + quantization_config).
 // Nothing is inferred from the model name; missing optional keys take the spec's defaults
-// (model.md 2.7) and inconsistent values are rejected with the key named.
+// (docs/model.md 2.7) and inconsistent values are rejected with the key named.
 #pragma once
 #include <cstdint>
 #include <string>

@@ -1,5 +1,5 @@
 // DSpark draft: config, weights and the two passes (context K/V from target taps; the block pass).
-// See dspark.h and serving.md section 1.3 for the math.
+// See dspark.h and docs/serving.md section 1.3 for the math.
 #include "model/dspark.h"
 
 #include <omp.h>
@@ -158,8 +158,7 @@ DSparkDraft::DSparkDraft(const std::string& dir, const Model& target)
   }
   // The tiled layout for the decode kernels, as the target's weights (Weights::tile_for_decode): results
   // unchanged (speed: the draft's block pass and fused context are steps of a few rows, which the
-  // kernels decode in registers only from tiles; mid m31 with a 1-layer draft, 3 draft tokens, synthetic
-  // acceptance 2.97, generate --max-tokens 192, two runs each: 71.4-72.3 -> 74.5-75.0 decode tokens/s).
+  // kernels decode in registers only from tiles).
   if (store_->set_writable(true)) {
     for (Layer& L : layers_)
       for (Linear* x : {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down}) tile_rows(*x, const_cast<uint8_t*>(x->w));
@@ -205,7 +204,7 @@ void DSparkDraft::write_context(const DraftContextRows* rows, int nrows) {
     }
   linear_forward(fc_, x_.data(), R, a_.data());
   for (int64_t t = 0; t < R; ++t) rms_norm(&a_[size_t(t * H)], hidden_norm_.data(), H, cfg_.rms_eps, &a_[size_t(t * H)]);
-  // Context K/V of every layer: no input norm on c (serving.md 1.3 step 3).
+  // Context K/V of every layer: no input norm on c (docs/serving.md 1.3 step 3).
   for (int l = 0; l < cfg_.n_layers; ++l) {
     const Layer& L = layers_[size_t(l)];
     linear_forward(L.k, a_.data(), R, k_.data());

@@ -1,4 +1,4 @@
-// DSpark draft model (serving.md section 1, model.md section 3.8): the checkpoint's dspark/ folder.
+// DSpark draft model (docs/serving.md section 1, docs/model.md section 3.8): the checkpoint's dspark/ folder.
 // Target residual-stream taps of every processed token are fused (fc + hidden_norm) into context
 // K/V of the draft's layers; one parallel pass over a block of dspark_block_size slots (anchor +
 // noise tokens, non-causal inside the block, windowed context) gives the slots' logits through the

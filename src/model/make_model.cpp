@@ -256,7 +256,7 @@ ojson int_list(const std::vector<int>& v) {
   return a;
 }
 
-// The DSpark draft folder (model.md 3.8 names and config keys), random weights.
+// The DSpark draft folder (docs/model.md 3.8 names and config keys), random weights.
 void write_dspark(const MakeModelOptions& o, const TrainedTokenizer& tok, int64_t V, const fs::path& dir) {
   const int64_t H = o.hidden, R = 32, S = 7, F = o.dense_width, L = o.dspark_layers;
   std::vector<int> taps;

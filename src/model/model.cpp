@@ -1,4 +1,4 @@
-// The M3 / M3.1 text forward pass (model.md section 4), written to read like the math:
+// The M3 / M3.1 text forward pass (docs/model.md section 4), written to read like the math:
 // embed -> [norm, attention (dense or MSA), residual, norm, FFN (dense MLP or MoE), residual] x L
 // -> final norm -> lm_head. One step runs any number of sequences together.
 #include "model/model.h"
@@ -109,7 +109,7 @@ void Model::forward_batch(const BatchItem* items, int nitems, float* logits, Att
     const bool sparse = c.sparse_layer[l];
     // Attention block: projections over all rows, per-head norm + RoPE, cache append. The per-token
     // loops run on all threads when the step has several tokens (each token's arithmetic is the same
-    // either way; speed: serial loops left the other thread idle for several % of a prefill).
+    // either way; speed: serial loops left the other threads idle during a prefill).
 #pragma omp parallel for schedule(static) if (T > 4)
     for (int64_t t = 0; t < T; t += 4)
       rms_norm_rows(x + t * H, H, L.input_norm.data(), H, std::min<int64_t>(4, T - t), c.rms_eps, a + t * H, H);

@@ -1,4 +1,4 @@
-// MSA block selection (model.md 4.5-4.8): for one query position and one GQA group, given the
+// MSA block selection (docs/model.md 4.5-4.8): for one query position and one GQA group, given the
 // max-pooled index score of every visible block, keep the forced blocks (init + local) and the
 // best-scoring others up to top-k. Ties break towards the lower block index.
 #pragma once

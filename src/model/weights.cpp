@@ -128,8 +128,8 @@ int Weights::tile_for_decode() {
   for_each_linear([&](Linear& W) { n += tile_rows(W, const_cast<uint8_t*>(W.w)) ? 1 : 0; });
   store_->set_writable(false);
   // The BF16 lm_head, read whole by every decode step, also packed losslessly for the avx512 decode
-  // kernels (pack_bf16_tiles: about 77% of its bytes; the tiled copy stays for panels). Measured: mid
-  // m3-mxfp8 and m31, whose 134 MB lm_head is about a third of a token's weight bytes (see README).
+  // kernels (pack_bf16_tiles: about 77% of its bytes; the tiled copy stays for panels): in the mid
+  // models the lm_head is about a third of a token's weight bytes.
   // The AVX2 decode kernels read their own packing of it (pack_bf16_nibbles, about 77% too).
   if (pack_bf16_for_decode(lm_head_, lm_head_packed_))
     active_bytes_ += double(lm_head_.decode_bytes()) - double(lm_head_.bytes());

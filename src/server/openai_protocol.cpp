@@ -7,6 +7,7 @@
 
 #include "formats/error.h"
 #include "server/errors.h"
+#include "server/request_fields.h"
 
 namespace m3::server {
 
@@ -33,7 +34,26 @@ std::optional<int64_t> opt_int(const ojson& b, const char* key) {
     if (d == std::floor(d) && std::abs(d) < 9e15) return int64_t(d);
   }
   if (!v->is_number_integer()) throw bad_request(std::string("'") + key + "' must be an integer", key);
+  // An unsigned value above 2^63 - 1 would wrap to a negative one.
+  if (v->is_number_unsigned() && v->get<uint64_t>() > uint64_t(INT64_MAX))
+    throw bad_request(std::string("'") + key + "' is out of range", key);
   return v->get<int64_t>();
+}
+
+// A token id from a JSON array element: an integer in [0, 2^31), checked before narrowing (2^32 + 104
+// must not become 104).
+int32_t token_id(const ojson& x, const char* key, const char* what) {
+  if (!x.is_number_integer()) throw bad_request(what, key);
+  if (x.is_number_unsigned() ? x.get<uint64_t>() > uint64_t(INT32_MAX)
+                             : (x.get<int64_t>() < 0 || x.get<int64_t>() > INT32_MAX))
+    throw bad_request("token id " + x.dump() + " is outside the vocabulary", key);
+  return int32_t(x.get<int64_t>());
+}
+
+// Refuses fields that ask for what this build does not implement; logs unknown ones once.
+void check_fields(const ojson& body, Endpoint ep, const char* endpoint) {
+  if (auto r = refused_field(body, ep)) throw bad_request(r->message, r->name);
+  if (auto u = unknown_fields(body, ep); !u.empty()) warn_unknown_fields(u, endpoint);
 }
 
 std::optional<bool> opt_bool(const ojson& b, const char* key) {
@@ -61,7 +81,9 @@ void parse_sampling(const ojson& b, const ServerContext& ctx, ParsedRequest& r) 
   SamplingParams& p = r.params;
   p.temperature = float(opt_num(b, "temperature").value_or(ctx.default_temperature));
   p.top_p = float(opt_num(b, "top_p").value_or(ctx.default_top_p));
-  p.top_k = int(opt_int(b, "top_k").value_or(ctx.default_top_k));
+  const int64_t top_k = opt_int(b, "top_k").value_or(ctx.default_top_k);
+  if (top_k < -1 || top_k > INT32_MAX) throw bad_request("'top_k' must be -1 (off) or positive", "top_k");
+  p.top_k = int(top_k);
   p.min_p = float(opt_num(b, "min_p").value_or(ctx.default_min_p));
   p.presence_penalty = float(opt_num(b, "presence_penalty").value_or(0.0));
   p.frequency_penalty = float(opt_num(b, "frequency_penalty").value_or(0.0));
@@ -96,8 +118,7 @@ void parse_sampling(const ojson& b, const ServerContext& ctx, ParsedRequest& r) 
   if (const ojson* st = field(b, "stop_token_ids")) {
     if (!st->is_array()) throw bad_request("'stop_token_ids' must be a list of integers", "stop_token_ids");
     for (auto& s : *st) {
-      if (!s.is_number_integer()) throw bad_request("'stop_token_ids' must be a list of integers", "stop_token_ids");
-      p.stop_token_ids.push_back(s.get<int32_t>());
+      p.stop_token_ids.push_back(token_id(s, "stop_token_ids", "'stop_token_ids' must be a list of integers"));
     }
   }
   const int64_t n = opt_int(b, "n").value_or(1);
@@ -146,9 +167,11 @@ void finish_limits(const ojson& b, const ServerContext& ctx, ParsedRequest& r, i
                           " tokens. However, your request has " + std::to_string(longest) +
                           " input tokens. Please reduce the length of the input messages.",
                       r.chat ? "messages" : "prompt");
-  if (mt && ctx.max_model_len > 0 && longest + *mt > ctx.max_model_len)
+  // Compared as max_model_len - longest (>= 1 here): longest + max_tokens could overflow.
+  if (mt && ctx.max_model_len > 0 && *mt > ctx.max_model_len - longest)
     throw bad_request("This model's maximum context length is " + std::to_string(ctx.max_model_len) +
-                          " tokens. However, you requested " + std::to_string(longest + *mt) + " tokens (" +
+                          " tokens. However, you requested more: " + std::to_string(longest) + " + " +
+                          std::to_string(*mt) + " tokens (" +
                           std::to_string(longest) + " in the messages, " + std::to_string(*mt) +
                           " in the completion). Please reduce the length of the messages or completion.",
                       mt_name);
@@ -189,16 +212,56 @@ std::string check_model(const ojson& body, const ServerContext& ctx) {
   throw ApiError(404, "The model `" + *m + "` does not exist.", "model");
 }
 
+namespace {
+
+// Content parts of message i: only text is implemented. Image, audio, video and file parts are refused
+// by name (never dropped: the model would answer about an image it never saw).
+void check_content_parts(const ojson& parts, size_t i) {
+  const std::string where = "messages[" + std::to_string(i) + "].content";
+  for (size_t j = 0; j < parts.size(); ++j) {
+    const ojson& p = parts[j];
+    const std::string at = where + "[" + std::to_string(j) + "]";
+    if (!p.is_object() || !p.contains("type") || !p["type"].is_string())
+      throw bad_request(at + ": each content part must be an object with a string 'type' (got " +
+                            std::string(p.type_name()) + ")",
+                        "messages");
+    const std::string t = p["type"].get<std::string>();
+    if (t == "text") {
+      if (!p.contains("text") || !p["text"].is_string())
+        throw bad_request(at + ": a text part needs a string 'text'", "messages");
+      continue;
+    }
+    const char* kind = nullptr;
+    for (const char* x : {"image_url", "image", "input_image", "image_pil", "image_embeds"})
+      if (t == x) kind = "image";
+    for (const char* x : {"audio_url", "input_audio", "audio", "audio_embeds"})
+      if (t == x) kind = "audio";
+    for (const char* x : {"video_url", "video"})
+      if (t == x) kind = "video";
+    for (const char* x : {"file", "input_file"})
+      if (t == x) kind = "file";
+    if (kind)
+      throw bad_request(at + ": content part type '" + t + "' (" + kind +
+                            " input) is not supported by this server yet; send text parts only",
+                        "messages");
+    throw bad_request(at + ": unknown content part type '" + t + "' (supported: text)", "messages");
+  }
+}
+
+}  // namespace
+
 std::string render_messages(const ojson& body, const ServerContext& ctx, bool default_add_generation_prompt) {
   const ojson* msgs = field(body, "messages");
   if (!msgs) throw bad_request("'messages' is required", "messages");
   if (!msgs->is_array() || msgs->empty()) throw bad_request("'messages' must be a non-empty list", "messages");
-  for (auto& m : *msgs) {
+  for (size_t i = 0; i < msgs->size(); ++i) {
+    const ojson& m = (*msgs)[i];
     if (!m.is_object() || !m.contains("role") || !m["role"].is_string())
       throw bad_request("each message must be an object with a string 'role'", "messages");
     auto c = m.find("content");
     if (c != m.end() && !(c->is_null() || c->is_string() || c->is_array()))
       throw bad_request("message 'content' must be a string or a list of content parts", "messages");
+    if (c != m.end() && c->is_array()) check_content_parts(*c, i);
   }
   ojson tools = nullptr;
   if (const ojson* t = field(body, "tools")) {
@@ -226,6 +289,7 @@ std::string render_messages(const ojson& body, const ServerContext& ctx, bool de
 
 ParsedRequest parse_chat_request(const ojson& body, const ServerContext& ctx) {
   if (!body.is_object()) throw bad_request("the request body must be a JSON object");
+  check_fields(body, Endpoint::Chat, "/v1/chat/completions");
   ParsedRequest r;
   r.chat = true;
   r.model = check_model(body, ctx);
@@ -314,6 +378,7 @@ ParsedRequest parse_chat_request(const ojson& body, const ServerContext& ctx) {
 
 ParsedRequest parse_completion_request(const ojson& body, const ServerContext& ctx) {
   if (!body.is_object()) throw bad_request("the request body must be a JSON object");
+  check_fields(body, Endpoint::Completion, "/v1/completions");
   ParsedRequest r;
   r.chat = false;
   r.model = check_model(body, ctx);
@@ -332,10 +397,7 @@ ParsedRequest parse_completion_request(const ojson& body, const ServerContext& c
   const char* shape = "'prompt' must be a string, a list of token ids, or a list of either";
   auto add_ids = [&](const ojson& a) {
     std::vector<int32_t> ids;
-    for (auto& x : a) {
-      if (!x.is_number_integer()) throw bad_request(shape, "prompt");
-      ids.push_back(x.get<int32_t>());
-    }
+    for (auto& x : a) ids.push_back(token_id(x, "prompt", shape));
     for (int32_t id : ids)
       if (!ctx.tok->is_valid(id)) throw bad_request("token id " + std::to_string(id) + " is not valid", "prompt");
     r.prompt_texts.push_back(ctx.tok->decode(ids));

@@ -16,7 +16,7 @@ namespace {
 
 using ojson = nlohmann::ordered_json;
 
-// The pre-tokenizer regex of the M3 tokenizer.json (model.md section 7).
+// The pre-tokenizer regex of the M3 tokenizer.json (docs/model.md section 7).
 const char* kSplitRegex =
     "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
     "|[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?"

@@ -74,7 +74,9 @@ while IFS= read -r line; do
       args[$((j + 1))]=$(python3 -c 'import json,sys; d=json.loads(sys.argv[1]); d.setdefault("method","dspark"); d.setdefault("num_speculative_tokens",7); print(json.dumps(d))' "${args[$((j + 1))]}")
     fi
   done
-  "$BIN" serve "${args[@]}" --port 0 --kv-cache-memory 0.05 >"$TMP/server.log" 2>&1 &
+  # The recipe serves --max-model-len 1048576: one sequence of that length must fit the pool (checked at
+  # start, as vLLM does), about 0.5 GiB of KV for the tiny model (more with the draft's).
+  "$BIN" serve "${args[@]}" --port 0 --kv-cache-memory 1 >"$TMP/server.log" 2>&1 &
   PID=$!
   wait_server_port "$TMP/server.log" $PID
   kill -9 $PID 2>/dev/null || true

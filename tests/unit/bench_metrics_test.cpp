@@ -1,4 +1,4 @@
-// bench serve metric definitions (spec/serving.md 10.2) on a synthetic trace with known answers:
+// bench serve metric definitions (docs/serving.md 10.2) on a synthetic trace with known answers:
 // TTFT, TPOT (first token excluded, only requests with > 1 output token), ITL pooled per chunk,
 // E2EL, numpy-style percentiles, throughputs, peak concurrency / per-second output, and the
 // Prometheus counter reader used for the prefix-cache hit rate. No timing is involved.

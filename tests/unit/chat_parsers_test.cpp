@@ -1,4 +1,4 @@
-// Reasoning and tool-call parser tests (serving.md 4-6): the spec examples exactly, streaming with the
+// Reasoning and tool-call parser tests (docs/serving.md 4-6): its examples exactly, streaming with the
 // output split at every character boundary (must equal the non-streaming result), truncated and
 // malformed calls, schema typing, a render -> parse round trip through the M3 template, and M2.
 #include <gtest/gtest.h>
@@ -245,7 +245,7 @@ std::string read_file(const std::string& path) {
   return ss.str();
 }
 
-// serving.md 5.2.6: render a known call through the shipped template's history path, parse it back.
+// docs/serving.md 5.2 item 6: render a known call through the shipped template's history path, parse it back.
 TEST(ToolParserM3, TemplateRoundTrip) {
   std::string tmpl = read_file(std::string(M3_TEST_DATA) + "/chat/MiniMax-M3.jinja");
   ojson args = ojson::parse(R"({"location": " Paris \n", "days": 3, "metric": true,

@@ -77,7 +77,7 @@ TEST(JinjaEngine, MatchesPythonJinjaOnFeatureSnippets) {
   }
 }
 
-// Hand-checked pieces of the M3 prompt (model.md 8): the generation prefix per thinking_mode, the
+// Hand-checked pieces of the M3 prompt (docs/model.md 8): the generation prefix per thinking_mode, the
 // developer turn, and history rendering of reasoning and tool calls.
 class M3Template : public ::testing::Test {
  protected:

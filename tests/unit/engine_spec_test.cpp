@@ -208,7 +208,7 @@ TEST(SpecEngine, GreedyIdenticalAloneAndInBatch) {
 
 TEST(SpecEngine, GreedyIdenticalUnderPreemptionPrefixCacheAndAborts) {
   EngineConfig base;
-  base.num_pages = 10;  // 320 tokens for 10 requests: forces preemption and recompute
+  base.num_pages = 11;  // 352 tokens for 10 requests (the longest alone needs 336): forces preemption
   base.max_num_batched_tokens = 96;
   EngineConfig spec = spec_config(7, "block");
   spec.num_pages = base.num_pages;

@@ -1,5 +1,5 @@
 // Element codes, exhaustively: E2M1 / E4M3 / E8M0 decoding of every code against values built
-// independently from the formats.md section 1 definitions, the encoders' round-to-nearest-even /
+// independently from the docs/formats.md section 1 definitions, the encoders' round-to-nearest-even /
 // saturation rules, and the section 9 test vectors.
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-// Element decoders (E4M3, E8M0, E2M1, BF16) against the spec tables (formats.md section 1); the E4M3
+// Element decoders (E4M3, E8M0, E2M1, BF16) against the spec tables (docs/formats.md section 1); the E4M3
 // NaN scan the loader runs over FP8 tensors.
 #include <gtest/gtest.h>
 

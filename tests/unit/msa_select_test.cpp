@@ -1,4 +1,4 @@
-// MSA block selection against a brute-force statement of the rule (model.md 4.5): forced init and
+// MSA block selection against a brute-force statement of the rule (docs/model.md 4.5): forced init and
 // local blocks, then the best-scoring other blocks, ties to the lower index, top-k in total.
 #include <gtest/gtest.h>
 

@@ -3,7 +3,7 @@
 // (only 400/404 ApiError or m3::Error may come out), mutated and random templates through the Jinja
 // engine (only m3::Error), and random model output built from the M3 markers through the reasoning
 // and tool-call parsers, split into random deltas: no crash or hang, and the streamed concatenation
-// equals the one-shot parse (serving.md 5.3: fragments concatenate to the final arguments).
+// equals the one-shot parse (docs/serving.md 5.3: fragments concatenate to the final arguments).
 #include <gtest/gtest.h>
 
 #include <chrono>

@@ -1,4 +1,4 @@
-// Speculative-decoding verification (serving.md §2) and the sampler functions it relies on:
+// Speculative-decoding verification (docs/serving.md §2) and the sampler functions it relies on:
 // exact small cases of the greedy / standard / block rules, the block paper's toy example,
 // LOSSLESSNESS (a toy autoregressive target + a deliberately different draft, simulated the way
 // the engine runs speculative steps; the joint law of the next 3 tokens must pass a Pearson

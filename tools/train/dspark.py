@@ -1,5 +1,5 @@
-# Trains and exports the demo model's DSpark draft (models/demo/dspark/; shared/spec serving.md section 1,
-# model.md section 3.8): fused target-layer taps -> fc -> hidden_norm as context K/V, a non-causal block of
+# Trains and exports the demo model's DSpark draft (models/demo/dspark/; docs/serving.md section 1,
+# docs/model.md section 3.8): fused target-layer taps -> fc -> hidden_norm as context K/V, a non-causal block of
 # dspark_block_size slots (anchor + noise tokens) through small dense decoder layers, the target's lm_head,
 # a low-rank Markov head and a confidence head. Trained on the (dequantised) target's hidden states to predict
 # the target's greedy tokens; reports acceptance length at 3 and 7 draft tokens (greedy verification, exact

@@ -2,7 +2,7 @@
 # config.json (layout of the golden m31-tiny config), two safetensors shards + index, MXFP8 attention / index /
 # dense / shared-expert linears (F8_E4M3 + U8 E8M0 per 1x32), NVFP4 routed experts (compressed-tensors
 # weight_packed / weight_scale / weight_global_scale divisor), F32 router + bias, BF16 norms / embed / lm_head,
-# generation_config.json. Encoders are numpy, bit-exact per shared/spec/formats.md. Also provides
+# generation_config.json. Encoders are numpy, bit-exact per docs/formats.md. Also provides
 # load_dequantised(): the PyTorch model with exactly the exported (dequantised) weights, for verification.
 import json
 import os
@@ -34,7 +34,7 @@ E4M3_VALUES = np.array([(0 if e == 0 else 1) * 2.0 ** (e - 7) * (1 + m / 8) if e
 
 
 def e4m3_encode(x):
-    """float -> E4M3FN byte, round to nearest even, saturating (formats.md 1.2)."""
+    """float -> E4M3FN byte, round to nearest even, saturating (docs/formats.md 1.2)."""
     x = np.asarray(x, dtype=np.float64)
     a = np.minimum(np.abs(x), 448.0)
     hi = np.searchsorted(E4M3_VALUES, a, side="left").clip(0, 126)
@@ -57,7 +57,7 @@ E2M1_VALUES = np.array([0, 0.5, 1, 1.5, 2, 3, 4, 6], dtype=np.float64)
 
 
 def e2m1_encode(x):
-    """float -> 4-bit E2M1 code, round to nearest with ties to the even code, saturating at 6 (formats.md 1.1)."""
+    """float -> 4-bit E2M1 code, round to nearest with ties to the even code, saturating at 6 (docs/formats.md 1.1)."""
     x = np.asarray(x, dtype=np.float64)
     a = np.minimum(np.abs(x), 6.0)
     hi = np.searchsorted(E2M1_VALUES, a, side="left").clip(0, 7)
@@ -218,7 +218,7 @@ def load_dequantised(ckpt_path):
 
 
 def self_test():
-    # formats.md 9.1 / 9.4 / 9.2 test vectors
+    # docs/formats.md 9.1 / 9.4 / 9.2 test vectors
     assert list(e4m3_encode([1.0, -1.0, 0.1, 3.14159, 448, 500])) == [0x38, 0xB8, 0x1D, 0x45, 0x7E, 0x7E]
     assert e4m3_encode([-0.0009])[0] in (0x80, 0x00)
     assert list(e2m1_encode([1.0, -3.0])) == [0x2, 0xD]

@@ -1,4 +1,4 @@
-# PyTorch implementation of the MiniMax-M3.1 text model (written from shared/spec/model.md section 4) used to
+# PyTorch implementation of the MiniMax-M3.1 text model (written from docs/model.md section 4) used to
 # train the demo model: Gemma (1+w) RMSNorms, per-head QK norm, partial NEOX RoPE, MSA on every layer (index
 # branch + per-GQA-group block top-k attention with forced init/local blocks), leading dense SwiGLU-OAI MLP
 # layer(s), then MoE layers (sigmoid router, e_score_correction_bias for selection only, renormalised top-k x

@@ -1,8 +1,7 @@
 // std::vector storage on 64-byte (cache-line) boundaries, for activations, panels and scratch the
 // 512-bit kernels load whole vectors from. Speed: glibc's malloc places large blocks 16 bytes past a
-// page boundary, so every 64-byte load from such a buffer spans two cache lines; the prefill panel
-// kernel (2 tiles x 6 tokens, K = 2048, 2 threads, operands in L1/L2) ran at 221-224 GFLOP/s from
-// 16-byte-aligned operands and 284-300 from 64-byte-aligned ones.
+// page boundary, so every 64-byte load from such a buffer spans two cache lines (a quarter of the
+// prefill panel kernel's speed lost; docs/benchmarks.md section 5).
 #pragma once
 #include <cstddef>
 #include <new>

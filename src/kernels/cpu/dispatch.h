@@ -76,10 +76,9 @@ constexpr int kLanePanelRows = 16;
 // bits: each output depends on its own token only). That bounds the lane GEMM's per-thread packed copy
 // of the activations, which every 16-row panel streams once: at most 512 tokens (an 8192-token prefill
 // chunk on a 64-thread server would otherwise hold 64 copies of its x), and at most 512 x 2048 floats
-// (4 MB) for wider matrices, down to 128 tokens. Speed, the mid dense MLP's down product (2048 x 6144
-// MXFP8, 512 tokens, 2 threads, Zen 3, kernels_bench BM_prefill_products/4, old and new alternated):
-// 147-167 ms in one slice (12.6 MB of x per thread, beyond the caches), 103-124 ms in slices; budgets
-// of 2 and 1 MB were slower for the 2048-wide products.
+// (4 MB) for wider matrices, down to 128 tokens. Speed: a whole 512-token x of a 6144-wide product
+// (12.6 MB per thread) falls out of the caches; smaller budgets than 4 MB were slower for the
+// 2048-wide products (docs/benchmarks.md section 5).
 constexpr int64_t kLaneGemmMaxTokens = 512;
 constexpr int64_t kLaneGemmMaxFloats = kLaneGemmMaxTokens * 2048;
 inline int64_t lane_slice_tokens(int64_t K) {

@@ -8,8 +8,8 @@ namespace m3 {
 // out = x / sqrt(mean(x^2) + eps) * gamma1p   (gamma1p = 1 + w); out may alias x.
 void rms_norm(const float* x, const float* gamma1p, int64_t n, float eps, float* out);
 // rms_norm of `rows` rows (x + r * xs -> out + r * os), bit-identical to one call per row: four rows'
-// sums run as four independent chains (speed: one row's double sum is bound by the add latency;
-// 512 rows of 2048 took 2.0 ms one at a time, 0.95 ms four at a time). out may alias x.
+// sums run as four independent chains (speed: one row's double sum is bound by the add latency). out
+// may alias x.
 void rms_norm_rows(const float* x, int64_t xs, const float* gamma1p, int64_t n, int64_t rows, float eps, float* out,
                    int64_t os);
 

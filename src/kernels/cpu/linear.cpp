@@ -178,7 +178,7 @@ bool tile_rows(Linear& W, uint8_t* bytes) {
 }
 
 // SSE2 (every x86-64 CPU) rather than one nibble at a time: the reorder runs over every NVFP4 byte
-// of the checkpoint at load (speed: 400 MB, one thread, 0.61 s scalar, 0.076-0.079 s here).
+// of the checkpoint at load, where the scalar form took several times as long.
 void nvfp4_chunk_nibbles(const uint8_t* in, uint8_t* out, bool to_tiled) {
   const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in)), m = _mm_set1_epi8(0x0f);
   const __m128i lo = _mm_and_si128(v, m), hi = _mm_and_si128(_mm_srli_epi16(v, 4), m);
@@ -237,8 +237,8 @@ bool pack_bf16_tiles(Linear& W, AlignedVector<uint8_t>& out) {
     }
     return b;
   };
-  // On load threads over ranges of slots (speed: the recipe model's lm_head, 200k x 6k, is 1.2 G
-  // weights: about 5 s on one thread; mid's 67 M take 0.31 s). Pass 1 finds the bases, then the escaped
+  // On load threads over ranges of slots (the recipe model's lm_head, 200k x 6k, is 1.2 G weights:
+  // seconds on one thread). Pass 1 finds the bases, then the escaped
   // chunks are numbered in slot order, pass 2 writes the bytes.
   std::vector<uint32_t> base(static_cast<size_t>(slots)), esc(static_cast<size_t>(slots), 0);
   on_load_threads(slots, 4096, [&](int64_t s0, int64_t s1) {
@@ -333,11 +333,9 @@ namespace {
 // The work of one parallel matmul call (one or several jobs) as chunks of whole 4-row tiles, numbered
 // across the jobs. Each thread owns a contiguous run of chunks (an equal share of the estimated cost),
 // takes chunks from its front, and when its run is empty takes them from the back of another thread's
-// run (speed: with a fixed half each, one thread waited at the end of most calls, 5-10% of the
-// threads' time in a decode step: the two cores of this VM do not run at the same speed, and which
-// one is slower changes. Old and new alternated in one process, same bits: m31 mid decode min
-// 15.0 -> 14.4 ms, median 17.4 -> 16.4; m3-mxfp8 unchanged; 512-token prefill medians 2.54 -> 2.45 s
-// and 2.70 -> 2.53 s, minimums unchanged). The set-up a matrix needs per call (copies of x, scale
+// run (speed: with a fixed half each, one thread waited at the end of most calls: the cores of a
+// shared VM do not run at the same speed, and which one is slower changes). The set-up a matrix needs
+// per call (copies of x, scale
 // tables) is done once per run of chunks, not per chunk (CpuOps::linear_rows_claimed).
 struct alignas(64) ChunkRun {
   std::atomic<uint64_t> v;  // next chunk (low 32 bits), end (high 32 bits)

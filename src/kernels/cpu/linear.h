@@ -36,8 +36,8 @@ struct Linear {
   // block-major: byte j's low nibble is element j, its high nibble element 16 + j (the checkpoint's
   // order is element 2j low, 2j + 1 high), so the decode step reads each block's codes without
   // interleaving them (nvfp4_chunk_nibbles). Set by tile_rows on weights read into memory
-  // (speed: the decode step then reads each tile as one sequential stream; four streams a row apart
-  // read 25-30% slower on this machine, see tile_rows).
+  // (speed: the decode step then reads each tile as one sequential stream, which memory delivers faster
+  // than four streams a row apart; see tile_rows).
   bool tiled = false;
   // BF16 matrices tiled for decode, avx512 build: the same values packed losslessly in about 12.3 bits
   // per weight (pack_bf16_tiles), read by steps of few tokens instead of the tiled bytes, which stay for
@@ -74,7 +74,7 @@ constexpr int kMxfp8PrescaleMaxCode = 134;
 bool mxfp8_prescale_exact(const float* x, int64_t K, int lo, int hi);
 // The same decision from x's extreme exponent fields: emax over all elements (255 when one is inf or
 // NaN), emin over the nonzero ones (255 when every element is zero). The decode kernels find both with
-// a vector scan (speed: the scalar scan took 2.3 us per 2048-float x, once per matrix and thread).
+// a vector scan (speed: a scalar scan, once per matrix and thread, was a visible share of a decode step).
 bool mxfp8_prescale_exact_fields(uint32_t emin, uint32_t emax, int lo, int hi);
 // The 512-bit decode step of one token adds the scale's exponent offset (c - 7) << 23 to the bits of x
 // instead of multiplying each decoded weight by 2^(c - 7): the same value exactly when every x[k] is
@@ -95,12 +95,10 @@ bool mxfp8_two_source_permute();
 int64_t tile_chunk_bytes(const Linear& W);
 // Rewrites W's element bytes (`bytes` is W.w, writable) into the tiled layout and sets W.tiled;
 // returns false and leaves both alone when tile_chunk_bytes is 0, W has fewer than 4 rows, or W is
-// already tiled. Results of every kernel stay bit-identical. The read rate that motivates it
-// (256 MiB, 2 threads, one 32-byte load per row and step): 34 GB/s as one stream per thread,
-// 24.5 GB/s as four streams 2 KiB apart; 1 thread: 28 vs 13 GB/s. Measured in the decode step (mid
-// models, tiled and row-major copies alternated in one process): the BF16 lm_head 21.8-25.5 ->
-// 26.5-28.3 GB/s median; MXFP8 matrices unchanged within noise (their kernel, not the stream, sets
-// the pace); NVFP4 gains through its block-major nibbles (11.8 -> 13.3 GB/s, 512x2048, 2 threads).
+// already tiled. Results of every kernel stay bit-identical. Why: one sequential stream per thread
+// reads faster than four streams a row apart. It pays where the stream sets the pace (the BF16
+// lm_head) and for NVFP4 through its block-major nibbles; MXFP8 matrices, paced by their kernel, do not
+// gain (figures: docs/benchmarks.md section 5).
 bool tile_rows(Linear& W, uint8_t* bytes);
 // One NVFP4 chunk (16 bytes, 32 elements) from the checkpoint's nibble order to the tiled one
 // (to_tiled) or back.
