@@ -194,6 +194,7 @@ void run_serve(ServeOpts& o, CLI::App* sub) {
   ho.api_key = o.api_key;
   ho.stream_interval = o.stream_interval;
   ho.max_body_bytes = o.max_request_bytes;
+  ho.max_body_bytes_in_flight = o.http.max_body_bytes_in_flight;
   ho.threads = o.http.threads;
   ho.max_connections = o.http.max_connections;
   ho.max_waiting = o.http.max_waiting;
@@ -238,6 +239,10 @@ void register_serve(CLI::App& app) {
                   "Largest request body accepted, counted after de-chunking and gzip/deflate inflation (413 above; "
                   "default 32 MiB)");
   auto& h = o->http;
+  sub->add_option("--max-request-bytes-in-flight", h.max_body_bytes_in_flight,
+                  "Bytes of request bodies received or handled at once across connections (a chunked or compressed "
+                  "body counts --max-request-bytes); a body past it gets 503; bodies up to 64 KiB are not counted "
+                  "(default 8 x --max-request-bytes)");
   sub->add_option("--http-threads", h.threads,
                   "Requests handled at once (tokenize and generation; each holds a worker thread); more get 503 "
                   "(default 512)")

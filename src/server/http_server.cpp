@@ -389,6 +389,8 @@ struct Server {
   const HttpOptions& opt;
   std::atomic<int> connections{0};
   std::atomic<bool> draining{false};
+  // Bytes of request bodies reserved by connections receiving or handling them (see reserve_body).
+  std::atomic<int64_t> body_bytes{0};
   std::mutex mu;
   std::condition_variable cv;                             // workers went down
   int workers = 0;                                        // guarded by mu
@@ -402,6 +404,9 @@ struct Server {
     std::string out =
         "# HELP m3serve:http_connections Open HTTP connections.\n# TYPE m3serve:http_connections gauge\n"
         "m3serve:http_connections " + std::to_string(connections.load()) +
+        "\n# HELP m3serve:http_request_body_bytes Bytes of request bodies reserved by requests being received or "
+        "handled (--max-request-bytes-in-flight).\n# TYPE m3serve:http_request_body_bytes gauge\n"
+        "m3serve:http_request_body_bytes " + std::to_string(body_bytes.load()) +
         "\n# HELP m3serve:http_refused_total Connections and requests refused or cut by the server's limits "
         "(connection_cap: 503 at --max-connections; evicted: closed for a new connection at the cap; timeout: "
         "header or body deadline; too_large: 413; busy: 503 from --http-threads or --max-waiting-requests; "
@@ -421,6 +426,7 @@ class Conn : public std::enable_shared_from_this<Conn> {
     waiting_since_ = std::chrono::steady_clock::now().time_since_epoch().count();
   }
   ~Conn() {
+    release_body();
     if (!counted_) return;
     srv_.connections.fetch_sub(1);
     std::lock_guard lk(srv_.mu);
@@ -482,6 +488,7 @@ class Conn : public std::enable_shared_from_this<Conn> {
   // --- reading (strand) ---
   void read_next() {
     busy_ = false;
+    release_body();  // the previous request's body is gone
     if (failed_) return close();  // a worker's write to this client failed
     waiting_since_ = std::chrono::steady_clock::now().time_since_epoch().count();
     if (srv_.draining.load() || !keep_alive_) return close();
@@ -533,6 +540,11 @@ class Conn : public std::enable_shared_from_this<Conn> {
                                       "' is not supported (only a single 'chunked')");
     }
     if (auto cl = parser_->content_length(); cl && *cl > opt_.max_body_bytes) return too_large();
+    if (!reserve_body(h)) {
+      srv_.count(Server::kBusy);
+      return reply_and_close(503, "the server is receiving its limit of " + std::to_string(body_budget()) +
+                                      " bytes of request bodies at once (--max-request-bytes-in-flight); retry later");
+    }
     if (auto ex = h.find(http::field::expect); ex != h.end()) {
       if (!beast::iequals(ex->value(), "100-continue"))
         return reply_and_close(417, "Expect: only 100-continue is supported");
@@ -545,6 +557,32 @@ class Conn : public std::enable_shared_from_this<Conn> {
       return;
     }
     read_body();
+  }
+
+  // Memory for request bodies is bounded across connections, not only per request: a body reserves what
+  // it may grow to (its Content-Length; chunked: max_body_bytes; compressed: plus max_body_bytes for the
+  // inflated copy) until its request is answered. Small bodies (64 KiB) are free, so ordinary traffic
+  // never waits on this.
+  int64_t body_budget() const {
+    return int64_t(opt_.max_body_bytes_in_flight ? opt_.max_body_bytes_in_flight : 8 * opt_.max_body_bytes);
+  }
+  bool reserve_body(const http::fields& h) {
+    constexpr int64_t kFree = 64 << 10;
+    int64_t need = parser_->content_length() ? int64_t(*parser_->content_length())
+                                             : parser_->chunked() ? int64_t(opt_.max_body_bytes) : 0;
+    if (auto ce = h.find(http::field::content_encoding); ce != h.end() && !beast::iequals(ce->value(), "identity"))
+      need += int64_t(opt_.max_body_bytes);
+    if (need <= kFree) return true;
+    if (srv_.body_bytes.fetch_add(need) + need > body_budget()) {
+      srv_.body_bytes.fetch_sub(need);
+      return false;
+    }
+    reserved_ = need;
+    return true;
+  }
+  void release_body() {
+    if (reserved_ > 0) srv_.body_bytes.fetch_sub(reserved_);
+    reserved_ = 0;
   }
 
   void read_body() {
@@ -684,6 +722,7 @@ class Conn : public std::enable_shared_from_this<Conn> {
   }
 
   void close() {
+    release_body();
     beast::error_code ec;
     stream_.socket().shutdown(tcp::socket::shutdown_both, ec);
     stream_.close();
@@ -705,6 +744,7 @@ class Conn : public std::enable_shared_from_this<Conn> {
       Server& srv = conn->srv_;
       conn->work(route, req);
       req = Request{};
+      conn->release_body();  // the strand is idle until the post below
       // Hand the connection back to its strand, then drop every reference here before the count goes
       // down: the shutdown sequence may free the server as soon as it reads zero.
       auto exec = conn->stream_.get_executor();
@@ -903,6 +943,7 @@ class Conn : public std::enable_shared_from_this<Conn> {
   std::optional<http::request_parser<http::string_body>> parser_;
   unsigned version_ = 11;
   bool keep_alive_ = true, first_ = true, counted_ = false;
+  int64_t reserved_ = 0;  // body bytes reserved in srv_.body_bytes (strand, or the worker while it owns the request)
   // A request is being answered (written on the strand; read by launch() on the acceptor's strand).
   std::atomic<bool> busy_{false};
   std::atomic<int64_t> waiting_since_{0};  // when it began to wait for its current request (steady clock)

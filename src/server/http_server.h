@@ -15,6 +15,10 @@ struct HttpOptions {
   std::string api_key;  // empty: no authentication
   int stream_interval = 1;
   size_t max_body_bytes = 32u << 20;  // after de-chunking and decompression
+  // Request bodies being received or handled at once, in bytes (a chunked or compressed body counts
+  // max_body_bytes, the most it may become); a body that would pass it gets 503. Bodies up to 64 KiB
+  // are not counted. 0: 8 x max_body_bytes.
+  size_t max_body_bytes_in_flight = 0;
   size_t max_header_bytes = 16u << 10;
   int threads = 512;             // requests handled at once (each holds a worker thread); more get 503
   int io_threads = 2;            // threads doing all socket I/O (never block)

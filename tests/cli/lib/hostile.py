@@ -267,6 +267,38 @@ def case_bodies(srv):
     check(srv.alive(), "the server died")
 
 
+def case_body_budget(srv):
+    """Bodies in flight across connections are bounded (--max-request-bytes-in-flight 300000)."""
+    p = srv.port  # --max-request-bytes 200000
+
+    def gauge():
+        _, _, body = request(p, "GET", "/metrics", timeout=5)
+        return int(re.search(r"^m3serve:http_request_body_bytes (\d+)$", body.decode(), re.M).group(1))
+
+    def start(n):
+        s = connect(p)
+        s.sendall((f"POST /tokenize HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {KEY}\r\nContent-Length: {n}\r\n"
+                   "Connection: close\r\n\r\n{\"prompt\":\"").encode())
+        return s
+
+    a = start(150000)
+    wait_until(lambda: gauge() == 150000, "the first body's reservation")
+    b = start(150000)
+    wait_until(lambda: gauge() == 300000, "the second body's reservation")
+    r = request(p, "POST", "/tokenize", {"prompt": "x" * 100000})
+    e = expect_error(r, 503, "a third large body past the budget", contains="--max-request-bytes-in-flight")
+    check(r[1].get("retry-after") == "1", "503 without Retry-After")
+    check(request(p, "POST", "/tokenize", {"prompt": "small"})[0] == 200, "a small body while the budget is used")
+    a.sendall(b"a" * (150000 - 11 - 2) + b'"}')
+    st, _, body = read_response(a.makefile("rb"))
+    check(st == 200 and b'"tokens"' in body, f"the first large body: {st}")
+    a.close()
+    wait_until(lambda: gauge() == 150000, "the first body's bytes released")
+    check(request(p, "POST", "/tokenize", {"prompt": "x" * 100000})[0] == 200, "a large body after the release")
+    b.close()
+    wait_until(lambda: gauge() == 0, "every reservation released")
+
+
 def case_pipelining(srv):
     p = srv.port
     s = connect(p)
@@ -595,6 +627,7 @@ CASES = [
     # name, server flags
     ("crash_inputs", ["--api-key", KEY]),
     ("bodies", ["--api-key", KEY, "--max-request-bytes", "200000"]),
+    ("body_budget", ["--api-key", KEY, "--max-request-bytes", "200000", "--max-request-bytes-in-flight", "300000"]),
     ("pipelining", ["--api-key", KEY]),
     ("protocol", ["--api-key", KEY]),
     ("timeouts", ["--api-key", KEY, "--http-header-timeout", "2", "--http-body-timeout", "2",
