@@ -4,6 +4,7 @@
 // because templates iterate over them with `.items()`.
 #include "chat/chat_template.h"
 
+#include "chat/json_depth.h"
 #include "formats/error.h"
 
 namespace m3::chat {
@@ -21,7 +22,7 @@ ojson decode_tool_call_arguments(const ojson& messages) {
       ojson* fn = tc.contains("function") && tc["function"].is_object() ? &tc["function"] : &tc;
       auto it = fn->find("arguments");
       if (it == fn->end() || !it->is_string()) continue;
-      ojson parsed = ojson::parse(it->get<std::string>(), nullptr, /*allow_exceptions=*/false);
+      ojson parsed = parse_json_limited_or_discarded(it->get<std::string>());
       if (parsed.is_object()) *it = std::move(parsed);
     }
   }
@@ -35,6 +36,11 @@ ChatTemplate::ChatTemplate(const std::string& template_text) : tmpl_(template_te
 std::string ChatTemplate::render(const ojson& messages, const ojson& tools, bool add_generation_prompt,
                                  const ojson& chat_template_kwargs, const std::string& bos_token,
                                  const std::string& eos_token) const {
+  // The conversions below copy and recurse once per level: refuse deep values before touching them.
+  for (auto [what, v] : {std::pair{"messages", &messages}, {"tools", &tools}, {"chat_template_kwargs", &chat_template_kwargs}})
+    if (nests_deeper_than(*v, jinja::Value::kMaxJsonDepth))
+      throw Error(std::string(what) + " nests deeper than " + std::to_string(jinja::Value::kMaxJsonDepth) +
+                  " levels (objects and arrays)");
   auto ctx = std::make_shared<jinja::Object>();
   ctx->set("bos_token", jinja::Value(bos_token));
   ctx->set("eos_token", jinja::Value(eos_token));

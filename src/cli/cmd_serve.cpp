@@ -38,7 +38,7 @@ struct ServeOpts {
   std::string reasoning_parser, tool_call_parser;
   bool enable_auto_tool_choice = false;
   size_t max_request_bytes = 32u << 20;
-  int http_threads = 128;
+  server::HttpOptions http;  // connection, admission and per-request limits (defaults in http_server.h)
   EngineFlags engine;
   // Accepted, not applicable on this build (GPU, multi-node, disaggregation).
   std::string compilation_config, quant_moe, kv_transfer_config, limit_mm, moe_backend,
@@ -194,7 +194,16 @@ void run_serve(ServeOpts& o, CLI::App* sub) {
   ho.api_key = o.api_key;
   ho.stream_interval = o.stream_interval;
   ho.max_body_bytes = o.max_request_bytes;
-  ho.threads = o.http_threads;
+  ho.max_body_bytes_in_flight = o.http.max_body_bytes_in_flight;
+  ho.threads = o.http.threads;
+  ho.max_connections = o.http.max_connections;
+  ho.max_waiting = o.http.max_waiting;
+  ho.header_timeout_s = o.http.header_timeout_s;
+  ho.body_timeout_s = o.http.body_timeout_s;
+  ho.idle_timeout_s = o.http.idle_timeout_s;
+  ho.write_timeout_s = o.http.write_timeout_s;
+  ho.shutdown_timeout_s = o.http.shutdown_timeout_s;
+  ho.limits = o.http.limits;
   server::run_http_server(engine, ctx, ho);
   if (kv_pub) {
     kv_pub->flush(std::chrono::milliseconds(1000));
@@ -226,8 +235,57 @@ void register_serve(CLI::App& app) {
   sub->add_option("--reasoning-parser", o->reasoning_parser, "minimax_m3, minimax_m2, minimax_m2_append_think");
   sub->add_option("--tool-call-parser", o->tool_call_parser, "minimax_m3, minimax_m2");
   sub->add_flag("--enable-auto-tool-choice", o->enable_auto_tool_choice, "Parse tool calls (tool_choice auto)");
-  sub->add_option("--max-request-bytes", o->max_request_bytes, "Largest request body accepted (413 above)");
-  sub->add_option("--http-threads", o->http_threads, "HTTP worker threads (concurrent connections)");
+  sub->add_option("--max-request-bytes", o->max_request_bytes,
+                  "Largest request body accepted, counted after de-chunking and gzip/deflate inflation (413 above; "
+                  "default 32 MiB)");
+  auto& h = o->http;
+  sub->add_option("--max-request-bytes-in-flight", h.max_body_bytes_in_flight,
+                  "Bytes of request bodies received or handled at once across connections (a chunked or compressed "
+                  "body counts --max-request-bytes); a body past it gets 503; bodies up to 64 KiB are not counted "
+                  "(default 8 x --max-request-bytes)");
+  sub->add_option("--http-threads", h.threads,
+                  "Requests handled at once (tokenize and generation; each holds a worker thread); more get 503 "
+                  "(default 512)")
+      ->check(CLI::Range(1, 100000));
+  sub->add_option("--max-connections", h.max_connections,
+                  "Open HTTP connections; at the cap the one waiting longest for a request is closed for the new "
+                  "one, and 503 only when all are answering requests (default 1024)")
+      ->check(CLI::Range(1, 1000000));
+  sub->add_option("--max-waiting-requests", h.max_waiting,
+                  "Sequences that may wait for a place in the running batch (beyond its free places); a request past it gets 503 with "
+                  "Retry-After (default 256; 0: no limit)");
+  sub->add_option("--http-header-timeout", h.header_timeout_s,
+                  "Seconds for a whole request header, from the connection's start (a later request on it: from its "
+                  "first byte) (default 10)")
+      ->check(CLI::PositiveNumber);
+  sub->add_option("--http-body-timeout", h.body_timeout_s, "Seconds for a whole request body (default 30)")
+      ->check(CLI::PositiveNumber);
+  sub->add_option("--http-keep-alive-timeout", h.idle_timeout_s,
+                  "Seconds an idle keep-alive connection is kept (default 5)")
+      ->check(CLI::PositiveNumber);
+  sub->add_option("--http-write-timeout", h.write_timeout_s,
+                  "Seconds one write may wait for a client that does not read (default 30)")
+      ->check(CLI::PositiveNumber);
+  sub->add_option("--shutdown-timeout", h.shutdown_timeout_s,
+                  "SIGTERM/SIGINT: seconds running requests get to finish before they are ended with "
+                  "finish_reason abort (default 5; a second signal exits at once)")
+      ->check(CLI::NonNegativeNumber);
+  sub->add_option("--max-prompts-per-request", h.limits.max_prompts, "Prompts in one completions request (default 64)")
+      ->check(CLI::PositiveNumber);
+  sub->add_option("--max-choices-per-request", h.limits.max_choices,
+                  "Completions one request may ask for: prompts x n (default 128)")
+      ->check(CLI::PositiveNumber);
+  sub->add_option("--max-tokens-per-request", h.limits.max_tokens,
+                  "Tokens one request may generate: prompts x n x max_tokens (default 1048576)")
+      ->check(CLI::PositiveNumber);
+  sub->add_option("--max-stop-strings", h.limits.max_stop, "Stop strings (and stop_token_ids) per request (default 64)")
+      ->check(CLI::NonNegativeNumber);
+  sub->add_option("--max-stop-string-bytes", h.limits.max_stop_bytes, "Bytes of one stop string (default 1024)")
+      ->check(CLI::PositiveNumber);
+  sub->add_option("--max-logprobs-per-request", h.limits.max_logprobs,
+                  "Logprob entries one request may return: prompts x n x max_tokens x (1 + top_logprobs) "
+                  "(default 262144)")
+      ->check(CLI::PositiveNumber);
   add_engine_flags(sub, o->engine);
   // vLLM flags without effect here (reported at start when they ask for GPUs or several processes).
   sub->add_option("--tensor-parallel-size", o->tp, "Not applicable (one CPU process)");

@@ -1,9 +1,11 @@
 // AsyncEngine implementation (see async_engine.h).
 #include "server/async_engine.h"
 
+#include <algorithm>
 #include <cstdio>
 
 #include "formats/error.h"
+#include "server/errors.h"
 
 namespace m3::server {
 
@@ -39,7 +41,8 @@ void OutputStream::fail(const std::string& why) {
   cv_.notify_all();
 }
 
-AsyncEngine::AsyncEngine(Engine& engine, Metrics& metrics) : engine_(engine), metrics_(metrics) {
+AsyncEngine::AsyncEngine(Engine& engine, Metrics& metrics, size_t max_waiting)
+    : engine_(engine), metrics_(metrics), max_waiting_(max_waiting) {
   publish_stats();
   thread_ = std::thread([this] { loop(); });
 }
@@ -76,11 +79,28 @@ std::shared_ptr<OutputStream> AsyncEngine::submit(std::vector<EngineRequest> req
   p->reqs = std::move(reqs);
   p->stream = std::make_shared<OutputStream>();
   std::unique_lock lk(mu_);
-  if (dead_ || stop_) throw Error("the engine is not running");
+  if (stop_) throw ApiError(503, "the server is shutting down");
+  if (dead_) throw ApiError(503, "the engine is not running (it failed; see the server log)");
+  if (max_waiting_ > 0) {
+    // Sequences not running yet (handed to the engine or still queued here), less the batch's free
+    // places: those start at the next step, so a burst into an idle server is not refused.
+    size_t waiting = pending_reqs_, running = 0;
+    {
+      std::lock_guard sl(stats_mu_);
+      waiting += stats_.waiting;
+      running = stats_.running;
+    }
+    const size_t slots = size_t(std::max(0, engine_.config().max_num_seqs)), free_slots = slots > running ? slots - running : 0;
+    waiting = waiting > free_slots ? waiting - free_slots : 0;
+    if (waiting > 0 && waiting + p->reqs.size() > max_waiting_)
+      throw ApiError(503, "the server is busy: " + std::to_string(waiting) + " requests are waiting (limit " +
+                              std::to_string(max_waiting_) + ", --max-waiting-requests); retry later");
+  }
+  pending_reqs_ += p->reqs.size();
   submits_.push_back(p);
   cv_.notify_all();
   done_cv_.wait(lk, [&] { return p->done || stop_; });
-  if (!p->done) throw Error("the server is shutting down");
+  if (!p->done || p->shutdown) throw ApiError(503, "the server is shutting down");
   if (!p->error.empty()) throw Error(p->error);
   return p->stream;
 }
@@ -129,9 +149,11 @@ void AsyncEngine::loop() {
     cv_.wait(lk, [&] { return stop_ || !submits_.empty() || !aborts_.empty() || engine_.has_work(); });
     if (stop_) break;
     // Admissions and aborts happen between steps, under the lock (the engine is single-threaded).
+    const bool admitted = !submits_.empty();
     while (!submits_.empty()) {
       auto p = submits_.front();
       submits_.pop_front();
+      pending_reqs_ -= p->reqs.size();
       std::vector<std::string> added;
       try {
         for (auto& r : p->reqs) {
@@ -146,6 +168,7 @@ void AsyncEngine::loop() {
       }
       p->done = true;
     }
+    if (admitted) publish_stats();  // the waiting count submit() checks includes them from now on
     done_cv_.notify_all();
     std::vector<RequestOutput> aborted;
     for (auto& id : aborts_) {
@@ -197,9 +220,11 @@ void AsyncEngine::loop() {
   tracks_.clear();
   for (auto& p : submits_) {
     p->error = "the engine is not running";
+    p->shutdown = true;
     p->done = true;
   }
   submits_.clear();
+  pending_reqs_ = 0;
   publish_stats();
   done_cv_.notify_all();
 }

@@ -48,9 +48,14 @@ struct EngineRequest {
 
 class AsyncEngine {
  public:
-  AsyncEngine(Engine& engine, Metrics& metrics);
+  // `max_waiting`: engine requests that may wait for a place in the running batch (queued in the
+  // engine or not yet handed to it, beyond the batch's free places); submit() past it throws ApiError
+  // 503. 0: no limit.
+  AsyncEngine(Engine& engine, Metrics& metrics, size_t max_waiting = 0);
   ~AsyncEngine();  // stops the thread, aborting what is left
-  // Queues the requests as one group; all are accepted or none (m3::Error with the engine's reason).
+  // Queues the requests as one group; all are accepted or none (m3::Error with the engine's reason;
+  // ApiError 503 when the waiting queue is full: a group is refused when others already wait and it
+  // would take the queue past max_waiting, so a group larger than the limit still runs on its own).
   std::shared_ptr<OutputStream> submit(std::vector<EngineRequest> reqs);
   // Aborts requests (no-op for finished or unknown ids); their outputs stop.
   void abort(const std::vector<std::string>& ids);
@@ -69,7 +74,7 @@ class AsyncEngine {
   struct Pending {
     std::vector<EngineRequest> reqs;
     std::shared_ptr<OutputStream> stream;
-    bool done = false;
+    bool done = false, shutdown = false;
     std::string error;
   };
   void loop();
@@ -77,6 +82,8 @@ class AsyncEngine {
 
   Engine& engine_;
   Metrics& metrics_;
+  size_t max_waiting_ = 0;
+  size_t pending_reqs_ = 0;  // engine requests in submits_ (guarded by mu_)
   mutable std::mutex mu_;
   std::condition_variable cv_;       // wakes the engine thread
   std::condition_variable done_cv_;  // wakes submitters

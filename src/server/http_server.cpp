@@ -1,21 +1,52 @@
-// HTTP routes of the OpenAI-compatible server (see http_server.h).
+// HTTP layer of the OpenAI-compatible server (see http_server.h).
 //
-// cpp-httplib from Debian is a compiled library built with OpenSSL/zlib/brotli support; its header
-// must see the same macros (they change struct layouts), so CMake passes pkg-config's flags.
-// The server itself only ever listens on plain HTTP.
+// Boost.Beast over Asio (Debian's header-only libboost-dev), not cpp-httplib (used before): cpp-httplib
+// 0.11 gives every connection a thread from a fixed pool and has no header timeout, so a few hundred
+// slow clients starved the server; it sets SO_REUSEPORT, answers only the first of pipelined requests,
+// inflates gzip bodies without a cap and lets chunked bodies past its size limit, and none of that can
+// be changed from outside. Beast parses HTTP/1.1 strictly (conflicting Content-Length values, or
+// Content-Length together with Transfer-Encoding, are errors), applies its body limit to the
+// de-chunked bytes, and Asio's asynchronous sockets let two I/O threads hold thousands of connections,
+// each read phase with its own deadline.
+//
+// Threads: `io_threads` run every socket operation (accept, reads, writes, deadlines) and answer the
+// cheap routes themselves (/health, /ping, /metrics, /version, /v1/models, every error before a
+// handler), so those never wait on the engine or on busy workers. Requests that need the tokenizer or
+// the engine run on a worker thread each (at most `threads`; past that 503): the worker writes through
+// the connection's strand and waits for each write (bounded by write_timeout_s), so a stream follows
+// the engine at its own pace and a client that went away is seen as a failed write (its engine
+// requests are aborted and their KV pages freed).
+//
+// One request at a time per connection: the next one (pipelined or not) is parsed only after the
+// previous response is written, so pipelined requests are answered in order. Request bodies with
+// Content-Encoding gzip or deflate are inflated with zlib, counting the inflated bytes against
+// max_body_bytes (413 past it); any other encoding is refused with 415.
 #include "server/http_server.h"
 
-#include <httplib.h>
 #include <pthread.h>
 #include <signal.h>
-#include <sys/socket.h>
+#include <sys/resource.h>
+#include <unistd.h>
+#include <zlib.h>
 
+#include <array>
+#include <atomic>
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <ctime>
+#include <future>
+#include <limits>
+#include <mutex>
+#include <optional>
+#include <system_error>
 #include <thread>
 #include <unordered_map>
 
+#include "chat/json_depth.h"
 #include "formats/error.h"
 #include "server/async_engine.h"
 #include "server/errors.h"
@@ -26,22 +57,20 @@ namespace m3::server {
 
 namespace {
 
+namespace net = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = net::ip::tcp;
+
 constexpr const char* kVersion = "0.1.0";
 
-void send_json(httplib::Response& res, int status, const ojson& j) {
-  res.status = status;
-  res.set_content(dump(j), "application/json");
-}
-
-void send_error(httplib::Response& res, int status, const std::string& msg, const std::string& param = {}) {
-  send_json(res, status, error_body(status, msg, param));
-}
-
-ojson parse_body(const httplib::Request& req) {
+ojson parse_body(const std::string& body) {
   try {
-    return ojson::parse(req.body);
+    return chat::parse_json_limited<ojson>(body);
+  } catch (const chat::JsonTooDeep& e) {
+    throw bad_request(std::string("the request body is refused: ") + e.what());
   } catch (const std::exception& e) {
-    throw ApiError(400, std::string("the request body is not valid JSON: ") + e.what());
+    throw bad_request(std::string("the request body is not valid JSON: ") + e.what());
   }
 }
 
@@ -207,8 +236,9 @@ void merge_into(RequestOutput& held, RequestOutput&& o) {
   held.num_cached_tokens = o.num_cached_tokens;
 }
 
-// Produces the next piece of an SSE stream; false when the client is gone.
-bool stream_step(Call& c, const ServerContext& ctx, int interval, httplib::DataSink& sink) {
+// The next piece of an SSE stream (empty when there is nothing to send yet); sets c.closed once it
+// holds the final [DONE].
+std::string stream_step(Call& c, const ServerContext& ctx, int interval) {
   std::string out;
   if (!c.started) {
     c.started = true;
@@ -235,9 +265,7 @@ bool stream_step(Call& c, const ServerContext& ctx, int interval, httplib::DataS
     out += sse_done();
     c.closed = true;
     c.remaining = 0;
-    if (!sink.write(out.data(), out.size())) return false;
-    sink.done();
-    return true;
+    return out;
   }
   for (auto& o : outs) {
     auto it = c.index.find(o.request_id);
@@ -272,239 +300,794 @@ bool stream_step(Call& c, const ServerContext& ctx, int interval, httplib::DataS
   if (out.empty()) {
     // Idle (queued or prefilling): a comment now and then finds clients that went away.
     if (++c.idle_waits % 10 == 0) out = ": keep-alive\n\n";
-    else return true;
   } else {
     c.idle_waits = 0;
   }
-  if (!sink.write(out.data(), out.size())) return false;
-  if (c.closed) sink.done();
-  return true;
+  return out;
 }
 
-void respond(AsyncEngine& ae, const ServerContext& ctx, const HttpOptions& opt, std::shared_ptr<Call> c,
-             httplib::Response& res) {
-  if (!c->pr.stream) {
-    // cpp-httplib 0.11 tells a handler nothing about its connection (no is_connection_closed), so a
-    // non-streaming request first gets kDirectWait to finish and is answered normally. A longer one
-    // switches to a chunked response whose body starts with whitespace heartbeats (JSON allows
-    // leading whitespace): a write to a client that went away fails, and the request is aborted and
-    // its pages freed. The status is then already 200, so a later engine failure sends the error JSON
-    // as the body.
-    constexpr std::chrono::milliseconds kDirectWait{1000}, kHeartbeat{250};
-    bool done = false;
-    try {
-      done = collect_for(*c, kDirectWait);
-    } catch (...) {
-      ae.abort(c->ids);
-      throw;
+using Request = http::request<http::string_body>;
+using Response = http::response<http::string_body>;
+
+std::chrono::milliseconds ms(double s) { return std::chrono::milliseconds(int64_t(s * 1000)); }
+
+std::string secs(double s) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%g s", s);
+  return b;
+}
+
+Response make_response(int status, std::string body, const char* content_type, unsigned version, bool keep_alive) {
+  Response r{http::status(status), version};
+  r.set(http::field::server, "m3serve");
+  r.set(http::field::content_type, content_type);
+  if (status == 503) r.set(http::field::retry_after, "1");
+  r.keep_alive(keep_alive);
+  r.body() = std::move(body);
+  r.prepare_payload();
+  return r;
+}
+
+// Inflates a gzip / deflate request body with zlib; the inflated size counts against `limit`.
+void inflate_body(std::string& body, const std::string& encoding, size_t limit) {
+  const bool gzip = beast::iequals(encoding, "gzip") || beast::iequals(encoding, "x-gzip");
+  // "deflate" is zlib-wrapped by the RFC; some clients send raw deflate: told apart by the zlib header.
+  const bool zlib_header = body.size() >= 2 && (uint8_t(body[0]) & 0x0f) == 8 &&
+                           ((uint8_t(body[0]) << 8) | uint8_t(body[1])) % 31 == 0;
+  z_stream zs{};
+  if (inflateInit2(&zs, gzip ? 16 + MAX_WBITS : zlib_header ? MAX_WBITS : -MAX_WBITS) != Z_OK)
+    throw ApiError(500, "zlib: cannot initialise");
+  std::string out;
+  zs.next_in = reinterpret_cast<Bytef*>(body.data());
+  zs.avail_in = uInt(body.size());
+  int rc = Z_OK;
+  std::array<char, 64 << 10> buf;
+  while (true) {
+    zs.next_out = reinterpret_cast<Bytef*>(buf.data());
+    zs.avail_out = uInt(buf.size());
+    rc = inflate(&zs, Z_NO_FLUSH);
+    const size_t got = buf.size() - zs.avail_out;
+    if (out.size() + got > limit) {
+      inflateEnd(&zs);
+      throw ApiError(413, "the request body inflates (Content-Encoding " + encoding + ") to more than the server's limit of " +
+                              std::to_string(limit) + " bytes (--max-request-bytes)");
     }
-    auto body = [c, &ctx] {
-      return dump(c->pr.chat ? chat_response(*c, *ctx.tok) : completion_response(*c, *ctx.tok));
-    };
-    if (done) {
-      res.status = 200;
-      res.set_content(body(), "application/json");
+    out.append(buf.data(), got);
+    if (rc == Z_STREAM_END && gzip && zs.avail_in > 0) {  // concatenated gzip members
+      inflateReset(&zs);
+      continue;
+    }
+    if (rc == Z_STREAM_END) break;
+    if (rc != Z_OK || (zs.avail_in == 0 && got == 0)) {
+      inflateEnd(&zs);
+      throw bad_request("the request body is not valid " + encoding + " data (Content-Encoding)" +
+                        (rc == Z_OK || rc == Z_BUF_ERROR ? ": it ends early" : ""));
+    }
+  }
+  const bool trailing = zs.avail_in > 0;
+  inflateEnd(&zs);
+  if (trailing) throw bad_request("the request body has data after the end of its " + encoding + " stream");
+  body = std::move(out);
+}
+
+// Compares without an early exit, so the time taken does not tell how much of a guessed key was right.
+bool same_secret(std::string_view a, std::string_view b) {
+  unsigned char diff = a.size() != b.size();
+  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i % std::max<size_t>(1, b.size())]);
+  return diff == 0;
+}
+
+class Conn;
+
+// Server-wide state shared by the connections, the workers and the shutdown sequence.
+struct Server {
+  Server(AsyncEngine& ae, Metrics& metrics, const ServerContext& ctx, const HttpOptions& opt)
+      : ae(ae), metrics(metrics), ctx(ctx), opt(opt) {}
+  AsyncEngine& ae;
+  Metrics& metrics;
+  const ServerContext& ctx;
+  const HttpOptions& opt;
+  std::atomic<int> connections{0};
+  std::atomic<bool> draining{false};
+  // Bytes of request bodies reserved by connections receiving or handling them (see reserve_body).
+  std::atomic<int64_t> body_bytes{0};
+  std::mutex mu;
+  std::condition_variable cv;                             // workers went down
+  int workers = 0;                                        // guarded by mu
+  std::unordered_map<Conn*, std::weak_ptr<Conn>> conns;   // guarded by mu
+  // What the HTTP limits refused or cut, for /metrics (m3serve:http_refused_total{reason}).
+  enum Reason { kConnectionCap, kEvicted, kTimeout, kTooLarge, kBusy, kMalformed, kReasons };
+  std::array<std::atomic<int64_t>, kReasons> refused{};
+  void count(Reason r) { refused[r].fetch_add(1, std::memory_order_relaxed); }
+  std::string render_http_metrics() const {
+    static const char* names[kReasons] = {"connection_cap", "evicted", "timeout", "too_large", "busy", "malformed"};
+    std::string out =
+        "# HELP m3serve:http_connections Open HTTP connections.\n# TYPE m3serve:http_connections gauge\n"
+        "m3serve:http_connections " + std::to_string(connections.load()) +
+        "\n# HELP m3serve:http_request_body_bytes Bytes of request bodies reserved by requests being received or "
+        "handled (--max-request-bytes-in-flight).\n# TYPE m3serve:http_request_body_bytes gauge\n"
+        "m3serve:http_request_body_bytes " + std::to_string(body_bytes.load()) +
+        "\n# HELP m3serve:http_refused_total Connections and requests refused or cut by the server's limits "
+        "(connection_cap: 503 at --max-connections; evicted: closed for a new connection at the cap; timeout: "
+        "header or body deadline; too_large: 413; busy: 503 from --http-threads or --max-waiting-requests; "
+        "malformed: HTTP framing errors).\n# TYPE m3serve:http_refused_total counter\n";
+    for (int r = 0; r < kReasons; ++r)
+      out += std::string("m3serve:http_refused_total{reason=\"") + names[r] + "\"} " + std::to_string(refused[r].load()) + "\n";
+    return out;
+  }
+  net::io_context ioc;  // declared last: destroyed first, with the handlers that still hold connections
+};
+
+enum class Route { Health, Version, Models, Metrics, Chat, Completions, Tokenize, Detokenize };
+
+class Conn : public std::enable_shared_from_this<Conn> {
+ public:
+  Conn(tcp::socket s, Server& srv) : stream_(std::move(s)), srv_(srv), opt_(srv.opt) {
+    waiting_since_ = std::chrono::steady_clock::now().time_since_epoch().count();
+  }
+  ~Conn() {
+    release_body();
+    if (!counted_) return;
+    srv_.connections.fetch_sub(1);
+    std::lock_guard lk(srv_.mu);
+    srv_.conns.erase(this);
+  }
+
+  // A new connection (acceptor's strand): counted and registered at once, so that a burst of accepts
+  // cannot pass the cap; served on its own strand. At the cap, the connection that has waited longest
+  // for a request (idle keep-alive, or a header or body still trickling in) is closed to make room:
+  // slow clients go first, and a client that sends its request at once is served while hundreds
+  // trickle. Only when every connection is answering a request is the new one refused (503).
+  void launch() {
+    bool admit = srv_.connections.load() < opt_.max_connections;
+    if (!admit) {
+      // References taken under the lock are dropped after it: the last one runs ~Conn, which locks too.
+      std::vector<std::shared_ptr<Conn>> all;
+      {
+        std::lock_guard lk(srv_.mu);
+        all.reserve(srv_.conns.size());
+        for (auto& [p, w] : srv_.conns)
+          if (auto c = w.lock()) all.push_back(std::move(c));
+      }
+      Conn* victim = nullptr;
+      int64_t oldest = std::numeric_limits<int64_t>::max();
+      for (auto& c : all)
+        if (!c->busy_.load() && c->waiting_since_.load() < oldest) {
+          oldest = c->waiting_since_.load();
+          victim = c.get();
+        }
+      if (victim) {
+        srv_.count(Server::kEvicted);
+        victim->waiting_since_ = std::numeric_limits<int64_t>::max();  // not chosen twice (one acceptor strand)
+        victim->close_if_idle();
+        admit = true;
+      }
+    }
+    if (admit) {
+      counted_ = true;
+      srv_.connections.fetch_add(1);
+      std::lock_guard lk(srv_.mu);
+      srv_.conns[this] = weak_from_this();
+    }
+    net::post(stream_.get_executor(), [self = shared_from_this(), admit] {
+      if (admit) return self->read_next();
+      self->srv_.count(Server::kConnectionCap);
+      self->reply_and_close(503, "the server has its limit of " + std::to_string(self->opt_.max_connections) +
+                                     " connections open, all answering requests (--max-connections); retry later");
+    });
+  }
+
+  // Draining, or room for a new connection: closed now unless it is answering a request.
+  void close_if_idle() {
+    net::post(stream_.get_executor(), [self = shared_from_this()] {
+      if (!self->busy_) self->close();
+    });
+  }
+
+ private:
+  // --- reading (strand) ---
+  void read_next() {
+    busy_ = false;
+    release_body();  // the previous request's body is gone
+    if (failed_) return close();  // a worker's write to this client failed
+    waiting_since_ = std::chrono::steady_clock::now().time_since_epoch().count();
+    if (srv_.draining.load() || !keep_alive_) return close();
+    if (buf_.size() > 0) return read_header();  // pipelined: the next request is already here
+    stream_.expires_after(ms(first_ ? opt_.header_timeout_s : opt_.idle_timeout_s));
+    stream_.async_read_some(buf_.prepare(8192), [self = shared_from_this()](beast::error_code ec, size_t n) {
+      if (ec) return self->close();
+      self->buf_.commit(n);
+      self->read_header();
+    });
+  }
+
+  void read_header() {
+    first_ = false;
+    parser_.emplace();
+    parser_->header_limit(uint32_t(opt_.max_header_bytes));
+    parser_->body_limit(opt_.max_body_bytes);  // counts de-chunked bytes as well
+    stream_.expires_after(ms(opt_.header_timeout_s));
+    http::async_read_header(stream_, buf_, *parser_,
+                            [self = shared_from_this()](beast::error_code ec, size_t) { self->on_header(ec); });
+  }
+
+  static bool gone(beast::error_code ec) {
+    return ec == http::error::end_of_stream || ec == net::error::eof || ec == net::error::connection_reset ||
+           ec == net::error::operation_aborted || ec == net::error::broken_pipe || ec == beast::error::timeout;
+  }
+
+  void on_header(beast::error_code ec) {
+    // A deadline that passed closed the socket already: nothing can be answered.
+    if (ec == beast::error::timeout) srv_.count(Server::kTimeout);
+    if (gone(ec)) return close();
+    if (ec == http::error::body_limit) return too_large();  // Content-Length over the limit
+    if (ec == http::error::header_limit)
+      return reply_and_close(431, "the request header is larger than " + std::to_string(opt_.max_header_bytes) +
+                                      " bytes");
+    if (ec) {
+      srv_.count(Server::kMalformed);
+      return reply_and_close(400, "malformed HTTP request: " + ec.message());
+    }
+    const auto& h = parser_->get();
+    version_ = h.version();
+    keep_alive_ = h.keep_alive();
+    // Framing: only plain chunked transfer coding (Beast already refuses Content-Length with it, and
+    // conflicting Content-Length values).
+    if (h.count(http::field::transfer_encoding) > 0 &&
+        (h.count(http::field::transfer_encoding) > 1 || !beast::iequals(h[http::field::transfer_encoding], "chunked"))) {
+      srv_.count(Server::kMalformed);
+      return reply_and_close(400, "Transfer-Encoding '" + std::string(h[http::field::transfer_encoding]) +
+                                      "' is not supported (only a single 'chunked')");
+    }
+    if (auto cl = parser_->content_length(); cl && *cl > opt_.max_body_bytes) return too_large();
+    if (!reserve_body(h)) {
+      srv_.count(Server::kBusy);
+      return reply_and_close(503, "the server is receiving its limit of " + std::to_string(body_budget()) +
+                                      " bytes of request bodies at once (--max-request-bytes-in-flight); retry later");
+    }
+    if (auto ex = h.find(http::field::expect); ex != h.end()) {
+      if (!beast::iequals(ex->value(), "100-continue"))
+        return reply_and_close(417, "Expect: only 100-continue is supported");
+      static const std::string cont = "HTTP/1.1 100 Continue\r\n\r\n";
+      stream_.expires_after(ms(opt_.write_timeout_s));
+      net::async_write(stream_, net::buffer(cont), [self = shared_from_this()](beast::error_code ec, size_t) {
+        if (ec) return self->close();
+        self->read_body();
+      });
       return;
     }
-    res.set_chunked_content_provider(
-        "application/json",
-        [c, body, kHeartbeat](size_t, httplib::DataSink& sink) {
-          std::string out;
-          try {
-            if (collect_for(*c, kHeartbeat)) out = body();
-          } catch (const ApiError& e) {
-            out = dump(error_body(e.status, e.what()));
-            c->remaining = 0;
-          }
-          if (out.empty()) return sink.write(" ", 1);  // heartbeat: fails once the client is gone
-          if (!sink.write(out.data(), out.size())) return false;
-          sink.done();
-          return true;
-        },
-        [c, &ae](bool) {
-          if (c->remaining > 0) ae.abort(c->ids);  // client gone before the end: free its pages
-        });
-    return;
+    read_body();
   }
-  const int interval = std::max(1, opt.stream_interval);
-  res.set_header("Cache-Control", "no-cache");
-  res.set_chunked_content_provider(
-      "text/event-stream",
-      [c, &ctx, interval](size_t, httplib::DataSink& sink) { return stream_step(*c, ctx, interval, sink); },
-      [c, &ae](bool) {
-        // Client gone (or server stopping) before the end: abort and free the KV pages.
-        if (c->remaining > 0) ae.abort(c->ids);
-      });
+
+  // Memory for request bodies is bounded across connections, not only per request: a body reserves what
+  // it may grow to (its Content-Length; chunked: max_body_bytes; compressed: plus max_body_bytes for the
+  // inflated copy) until its request is answered. Small bodies (64 KiB) are free, so ordinary traffic
+  // never waits on this.
+  int64_t body_budget() const {
+    return int64_t(opt_.max_body_bytes_in_flight ? opt_.max_body_bytes_in_flight : 8 * opt_.max_body_bytes);
+  }
+  bool reserve_body(const http::fields& h) {
+    constexpr int64_t kFree = 64 << 10;
+    int64_t need = parser_->content_length() ? int64_t(*parser_->content_length())
+                                             : parser_->chunked() ? int64_t(opt_.max_body_bytes) : 0;
+    if (auto ce = h.find(http::field::content_encoding); ce != h.end() && !beast::iequals(ce->value(), "identity"))
+      need += int64_t(opt_.max_body_bytes);
+    if (need <= kFree) return true;
+    if (srv_.body_bytes.fetch_add(need) + need > body_budget()) {
+      srv_.body_bytes.fetch_sub(need);
+      return false;
+    }
+    reserved_ = need;
+    return true;
+  }
+  void release_body() {
+    if (reserved_ > 0) srv_.body_bytes.fetch_sub(reserved_);
+    reserved_ = 0;
+  }
+
+  void read_body() {
+    stream_.expires_after(ms(opt_.body_timeout_s));
+    http::async_read(stream_, buf_, *parser_,
+                     [self = shared_from_this()](beast::error_code ec, size_t) { self->on_body(ec); });
+  }
+
+  void too_large() {
+    srv_.count(Server::kTooLarge);
+    reply_and_close(413, "the request body is larger than the server's limit of " +
+                             std::to_string(opt_.max_body_bytes) + " bytes (--max-request-bytes)");
+  }
+
+  void on_body(beast::error_code ec) {
+    if (ec == http::error::body_limit) return too_large();
+    if (ec == beast::error::timeout) srv_.count(Server::kTimeout);
+    if (gone(ec)) return close();
+    if (ec) {
+      srv_.count(Server::kMalformed);
+      return reply_and_close(400, "malformed HTTP request body: " + ec.message());
+    }
+    busy_ = true;
+    Request req = parser_->release();
+    parser_.reset();
+    try {
+      handle(req);
+    } catch (const ApiError& e) {
+      reply(error(e.status, e.what(), e.param), e.status == 413);
+    } catch (const std::exception& e) {
+      reply(error(500, e.what()), false);
+    }
+  }
+
+  // --- routing (strand) ---
+  Response error(int status, const std::string& msg, const std::string& param = {}) const {
+    return make_response(status, dump(error_body(status, msg, param)), "application/json", version_,
+                         keep_alive_ && !srv_.draining.load());
+  }
+  Response json(int status, const ojson& j) const {
+    return make_response(status, dump(j), "application/json", version_, keep_alive_ && !srv_.draining.load());
+  }
+
+  void handle(Request& req) {
+    if (srv_.draining.load()) return reply(error(503, "the server is shutting down"), true);
+    std::string path(req.target());
+    if (auto q = path.find('?'); q != std::string::npos) path.resize(q);
+    const bool get = req.method() == http::verb::get, post = req.method() == http::verb::post;
+    const bool protected_path = path.rfind("/v1", 0) == 0 || path == "/tokenize" || path == "/detokenize";
+    if (protected_path && !opt_.api_key.empty() && !same_secret(std::string(req[http::field::authorization]), "Bearer " + opt_.api_key))
+      return reply(error(401, "Unauthorized: missing or wrong API key (send Authorization: Bearer <key>)"), false);
+    struct R {
+      const char* path;
+      Route route;
+      bool get, post;
+    };
+    static const R routes[] = {{"/health", Route::Health, true, false},       {"/ping", Route::Health, true, true},
+                               {"/version", Route::Version, true, false},     {"/v1/models", Route::Models, true, false},
+                               {"/metrics", Route::Metrics, true, false},     {"/v1/chat/completions", Route::Chat, false, true},
+                               {"/v1/completions", Route::Completions, false, true}, {"/tokenize", Route::Tokenize, false, true},
+                               {"/detokenize", Route::Detokenize, false, true}};
+    const R* r = nullptr;
+    for (auto& x : routes)
+      if (path == x.path) r = &x;
+    if (!r) return reply(error(404, "Not Found"), false);
+    if (!((get && r->get) || (post && r->post))) return reply(error(405, "Method Not Allowed"), false);
+    // Compressed bodies are inflated by the worker (it takes CPU time the I/O threads must not spend).
+    if (auto ce = req.find(http::field::content_encoding); ce != req.end() && !beast::iequals(ce->value(), "identity")) {
+      const std::string enc(ce->value());
+      if (!(beast::iequals(enc, "gzip") || beast::iequals(enc, "x-gzip") || beast::iequals(enc, "deflate")))
+        return reply(error(415, "Content-Encoding '" + enc + "' is not supported (gzip, deflate or identity)"), false);
+    }
+    switch (r->route) {
+      case Route::Health:
+        return reply(make_response(srv_.ae.alive() && !srv_.draining.load() ? 200 : 503, "", "text/plain", version_,
+                                   keep_alive_),
+                     false);
+      case Route::Version: return reply(json(200, {{"version", kVersion}}), false);
+      case Route::Metrics:
+        return reply(make_response(200,
+                                   srv_.metrics.render(srv_.ctx.served_names.front(), srv_.ae.stats()) +
+                                       srv_.render_http_metrics(),
+                                   "text/plain; version=0.0.4", version_, keep_alive_ && !srv_.draining.load()),
+                     false);
+      case Route::Models: {
+        ojson data = ojson::array();
+        for (auto& n : srv_.ctx.served_names) {
+          ojson m;
+          m["id"] = n;
+          m["object"] = "model";
+          m["created"] = now_s();
+          m["owned_by"] = "vllm";
+          m["root"] = srv_.ctx.model_path;
+          m["parent"] = nullptr;
+          m["max_model_len"] = srv_.ctx.max_model_len;
+          m["permission"] = ojson::array();
+          data.push_back(m);
+        }
+        return reply(json(200, {{"object", "list"}, {"data", data}}), false);
+      }
+      default: return spawn(r->route, std::move(req));
+    }
+  }
+
+  // Writes a response from the strand; then the next request, or close.
+  void reply(Response r, bool close_after) {
+    if (close_after) r.keep_alive(false);
+    auto sp = std::make_shared<Response>(std::move(r));
+    stream_.expires_after(ms(opt_.write_timeout_s));
+    http::async_write(stream_, *sp, [self = shared_from_this(), sp](beast::error_code ec, size_t) {
+      if (ec) return self->close();
+      if (!sp->keep_alive()) return self->linger();
+      self->read_next();
+    });
+  }
+
+  void reply_and_close(int status, const std::string& msg) {
+    busy_ = true;
+    keep_alive_ = false;
+    reply(error(status, msg), true);
+  }
+
+  // After a response that ends the connection: stop sending, read and drop what the client still
+  // sends for a moment (closing with unread data would reset the connection and could lose the
+  // response), then close.
+  void linger() {
+    beast::error_code ec;
+    stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
+    stream_.expires_after(std::chrono::seconds(1));
+    drain_input(std::make_shared<std::array<char, 4096>>());
+  }
+  void drain_input(std::shared_ptr<std::array<char, 4096>> scratch) {
+    stream_.async_read_some(net::buffer(*scratch), [self = shared_from_this(), scratch](beast::error_code ec, size_t) {
+      if (ec) return self->close();
+      self->drain_input(scratch);
+    });
+  }
+
+  void close() {
+    release_body();
+    beast::error_code ec;
+    stream_.socket().shutdown(tcp::socket::shutdown_both, ec);
+    stream_.close();
+  }
+
+  // --- workers ---
+  void spawn(Route route, Request req) {
+    {
+      std::lock_guard lk(srv_.mu);
+      if (srv_.workers >= opt_.threads) {
+        srv_.count(Server::kBusy);
+        return reply(error(503, "the server is handling its limit of " + std::to_string(opt_.threads) +
+                                    " requests at once (--http-threads); retry later"),
+                     false);
+      }
+      ++srv_.workers;
+    }
+    auto work = [conn = shared_from_this(), route, req = std::move(req)]() mutable {
+      Server& srv = conn->srv_;
+      conn->work(route, req);
+      req = Request{};
+      conn->release_body();  // the strand is idle until the post below
+      // Hand the connection back to its strand, then drop every reference here before the count goes
+      // down: the shutdown sequence may free the server as soon as it reads zero.
+      auto exec = conn->stream_.get_executor();
+      net::post(exec, [conn = std::move(conn)] { conn->read_next(); });
+      std::lock_guard lk(srv.mu);
+      --srv.workers;
+      srv.cv.notify_all();
+    };
+    try {
+      std::thread(std::move(work)).detach();
+    } catch (const std::system_error& e) {  // no thread to be had (EAGAIN): the request is refused
+      {
+        std::lock_guard lk(srv_.mu);
+        --srv_.workers;
+        srv_.cv.notify_all();
+      }
+      reply(error(503, std::string("the server cannot start a worker thread (") + e.what() + "); retry later"), false);
+    }
+  }
+
+  // Runs one asynchronous operation on the strand and waits for it (worker threads only).
+  template <class Start>
+  bool sync(Start start) {
+    if (failed_) return false;
+    // Shared with the handler: the promise must outlive set_value(), which may still be running when
+    // this thread wakes up.
+    auto done = std::make_shared<std::promise<beast::error_code>>();
+    auto fut = done->get_future();
+    net::dispatch(stream_.get_executor(), [&] {
+      stream_.expires_after(ms(opt_.write_timeout_s));
+      start([done](beast::error_code ec, size_t) { done->set_value(ec); });
+    });
+    if (fut.get()) failed_ = true;
+    return !failed_;
+  }
+
+  bool write_full(Response r) {
+    if (srv_.draining.load()) r.keep_alive(false);
+    keep_alive_ = keep_alive_ && r.keep_alive();
+    return sync([&](auto&& h) { http::async_write(stream_, r, std::move(h)); });
+  }
+  bool write_error(int status, const std::string& msg, const std::string& param = {}) {
+    return write_full(error(status, msg, param));
+  }
+
+  // A response whose length is not known in advance: chunked (HTTP/1.0: ended by closing).
+  bool write_stream_head(const char* content_type, bool no_cache) {
+    http::response<http::empty_body> head{http::status::ok, version_};
+    head.set(http::field::server, "m3serve");
+    head.set(http::field::content_type, content_type);
+    if (no_cache) head.set(http::field::cache_control, "no-cache");
+    chunked_ = version_ >= 11;
+    if (chunked_) head.chunked(true);
+    else keep_alive_ = false;
+    if (srv_.draining.load()) keep_alive_ = false;
+    head.keep_alive(keep_alive_);
+    http::response_serializer<http::empty_body> sr{head};
+    return sync([&](auto&& h) { http::async_write_header(stream_, sr, std::move(h)); });
+  }
+  bool write_chunk(const std::string& data) {
+    if (chunked_) return sync([&](auto&& h) { net::async_write(stream_, http::make_chunk(net::buffer(data)), std::move(h)); });
+    return sync([&](auto&& h) { net::async_write(stream_, net::buffer(data), std::move(h)); });
+  }
+  bool write_stream_end() {
+    if (chunked_) return sync([&](auto&& h) { net::async_write(stream_, http::make_chunk_last(), std::move(h)); });
+    return true;
+  }
+
+  void work(Route route, Request& req) {
+    const ServerContext& ctx = srv_.ctx;
+    try {
+      if (auto ce = req.find(http::field::content_encoding); ce != req.end() && !beast::iequals(ce->value(), "identity"))
+        inflate_body(req.body(), std::string(ce->value()), opt_.max_body_bytes);
+      switch (route) {
+        case Route::Chat:
+        case Route::Completions: {
+          const bool chat = route == Route::Chat;
+          const ojson body = parse_body(req.body());
+          ParsedRequest pr = chat ? parse_chat_request(body, ctx) : parse_completion_request(body, ctx);
+          check_request_limits(pr, opt_.limits);
+          respond(start_call(srv_.ae, ctx, std::move(pr), chat ? "chatcmpl-" : "cmpl-"));
+          return;
+        }
+        case Route::Tokenize: {
+          const ojson body = parse_body(req.body());
+          if (!body.is_object()) throw bad_request("the request body must be a JSON object");
+          check_model(body, ctx);
+          std::vector<int32_t> ids;
+          if (body.contains("messages")) {
+            const std::string text = render_messages(body, ctx, true);
+            ids = ctx.tok->encode(text, true);
+          } else {
+            auto p = body.find("prompt");
+            if (p == body.end() || !p->is_string())
+              throw bad_request("'prompt' (a string) or 'messages' is required", "prompt");
+            auto ast = body.find("add_special_tokens");
+            if (ast != body.end() && !ast->is_boolean())
+              throw bad_request("'add_special_tokens' must be a boolean", "add_special_tokens");
+            // The M3 tokenizers have no post-processor: add_special_tokens adds nothing (as in transformers).
+            ids = ctx.tok->encode(p->get<std::string>(), true);
+          }
+          ojson j;
+          j["count"] = ids.size();
+          j["max_model_len"] = ctx.max_model_len;
+          j["tokens"] = ids;
+          write_full(json(200, j));
+          return;
+        }
+        case Route::Detokenize: {
+          const ojson body = parse_body(req.body());
+          if (!body.is_object()) throw bad_request("the request body must be a JSON object");
+          check_model(body, ctx);
+          auto t = body.find("tokens");
+          if (t == body.end() || !t->is_array()) throw bad_request("'tokens' must be a list of integers", "tokens");
+          std::vector<int32_t> ids;
+          for (auto& x : *t) {
+            if (!x.is_number_integer()) throw bad_request("'tokens' must be a list of integers", "tokens");
+            // Range first: get<int32_t> would wrap 2^32 + 104 to 104.
+            const bool in_range = x.is_number_unsigned() ? x.get<uint64_t>() <= uint64_t(INT32_MAX)
+                                                         : x.get<int64_t>() >= INT32_MIN && x.get<int64_t>() <= INT32_MAX;
+            const int64_t id = in_range ? x.get<int64_t>() : -1;
+            if (!in_range || !ctx.tok->is_valid(int32_t(id)))
+              throw bad_request("token id " + x.dump() + " is not valid", "tokens");
+            ids.push_back(int32_t(id));
+          }
+          write_full(json(200, {{"prompt", ctx.tok->decode(ids)}}));
+          return;
+        }
+        default: write_error(500, "unexpected route"); return;
+      }
+    } catch (const ApiError& e) {
+      if (e.status == 503) srv_.count(Server::kBusy);
+      if (e.status == 413) srv_.count(Server::kTooLarge);
+      write_error(e.status, e.what(), e.param);
+    } catch (const Error& e) {
+      write_error(400, e.what());
+    } catch (const std::exception& e) {
+      write_error(500, e.what());
+    }
+  }
+
+  void respond(const std::shared_ptr<Call>& c) {
+    AsyncEngine& ae = srv_.ae;
+    auto abort = [&] {
+      if (c->remaining > 0) ae.abort(c->ids);  // client gone before the end: free its pages
+    };
+    if (!c->pr.stream) {
+      // A non-streaming request first gets kDirectWait to finish and is answered with a length. A
+      // longer one switches to a chunked body that starts with whitespace heartbeats (JSON allows
+      // leading whitespace): a write to a client that went away fails, and the request is aborted and
+      // its pages freed. The status is then already 200, so a later engine failure sends the error
+      // JSON as the body.
+      constexpr std::chrono::milliseconds kDirectWait{1000}, kHeartbeat{250};
+      bool done = false;
+      try {
+        done = collect_for(*c, kDirectWait);
+      } catch (...) {
+        ae.abort(c->ids);
+        throw;
+      }
+      auto body = [&] { return dump(c->pr.chat ? chat_response(*c, *srv_.ctx.tok) : completion_response(*c, *srv_.ctx.tok)); };
+      if (done) {
+        write_full(make_response(200, body(), "application/json", version_, keep_alive_));
+        return;
+      }
+      if (!write_stream_head("application/json", false)) return abort();
+      for (;;) {
+        std::string out;
+        try {
+          if (collect_for(*c, kHeartbeat)) out = body();
+        } catch (const ApiError& e) {
+          out = dump(error_body(e.status, e.what()));
+          c->remaining = 0;
+        }
+        if (out.empty()) {
+          if (!write_chunk(" ")) return abort();  // heartbeat: fails once the client is gone
+          continue;
+        }
+        if (write_chunk(out)) write_stream_end();
+        return;
+      }
+    }
+    const int interval = std::max(1, opt_.stream_interval);
+    if (!write_stream_head("text/event-stream", true)) return abort();
+    while (!c->closed) {
+      const std::string out = stream_step(*c, srv_.ctx, interval);
+      if (!out.empty() && !write_chunk(out)) return abort();
+    }
+    write_stream_end();
+  }
+
+  beast::tcp_stream stream_;
+  Server& srv_;
+  const HttpOptions& opt_;
+  beast::flat_buffer buf_;
+  std::optional<http::request_parser<http::string_body>> parser_;
+  unsigned version_ = 11;
+  bool keep_alive_ = true, first_ = true, counted_ = false;
+  int64_t reserved_ = 0;  // body bytes reserved in srv_.body_bytes (strand, or the worker while it owns the request)
+  // A request is being answered (written on the strand; read by launch() on the acceptor's strand).
+  std::atomic<bool> busy_{false};
+  std::atomic<int64_t> waiting_since_{0};  // when it began to wait for its current request (steady clock)
+  bool chunked_ = false;  // worker
+  bool failed_ = false;   // worker: a write failed or timed out
+};
+
+void accept_next(Server& srv, tcp::acceptor& acc) {
+  acc.async_accept(net::make_strand(srv.ioc), [&srv, &acc](beast::error_code ec, tcp::socket s) {
+    if (!acc.is_open() || ec == net::error::operation_aborted) return;  // closed: draining
+    if (!ec) {
+      beast::error_code ig;
+      s.set_option(tcp::no_delay(true), ig);
+      std::make_shared<Conn>(std::move(s), srv)->launch();
+      return accept_next(srv, acc);
+    }
+    // Out of descriptors or similar: try again shortly instead of spinning.
+    std::fprintf(stderr, "[m3serve] accept failed: %s\n", ec.message().c_str());
+    auto t = std::make_shared<net::steady_timer>(acc.get_executor(), std::chrono::milliseconds(100));
+    t->async_wait([&srv, &acc, t](beast::error_code) { accept_next(srv, acc); });
+  });
 }
 
 }  // namespace
 
-void run_http_server(Engine& engine, const ServerContext& ctx, const HttpOptions& opt) {
-  Metrics metrics;
-  AsyncEngine ae(engine, metrics);
-  httplib::Server svr;
-  const int threads = std::max(4, opt.threads);
-  svr.new_task_queue = [threads] { return new httplib::ThreadPool(size_t(threads)); };
-  svr.set_payload_max_length(opt.max_body_bytes);
-  svr.set_keep_alive_max_count(100);
-
-  svr.set_error_handler([](const httplib::Request&, httplib::Response& res) {
-    if (!res.body.empty()) return;
-    std::string msg = res.status == 404   ? "Not Found"
-                      : res.status == 413 ? "the request body is larger than the server's limit"
-                      : res.status == 405 ? "Method Not Allowed"
-                                          : "request failed";
-    send_error(res, res.status, msg);
-  });
-  svr.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
-    std::string msg = "internal error";
-    try {
-      if (ep) std::rethrow_exception(ep);
-    } catch (const std::exception& e) {
-      msg = e.what();
-    } catch (...) {
+void run_http_server(Engine& engine, const ServerContext& ctx, const HttpOptions& options) {
+  HttpOptions opt = options;
+  // Each connection holds a descriptor: raise the soft limit toward the hard one, and keep the cap under
+  // what is left (else accept() would fail with EMFILE while the cap still admits connections).
+  if (rlimit rl{}; getrlimit(RLIMIT_NOFILE, &rl) == 0) {
+    const rlim_t reserve = 256;  // listener, model and log files, pipes, the engine's own
+    const rlim_t want = rlim_t(opt.max_connections) + reserve;
+    if (rl.rlim_cur < want) {
+      rl.rlim_cur = std::min(want, rl.rlim_max);
+      setrlimit(RLIMIT_NOFILE, &rl);
+      getrlimit(RLIMIT_NOFILE, &rl);
     }
-    send_error(res, 500, msg);
-  });
-  svr.set_pre_routing_handler([&opt](const httplib::Request& req, httplib::Response& res) {
-    if (opt.api_key.empty() || req.path.rfind("/v1", 0) != 0) return httplib::Server::HandlerResponse::Unhandled;
-    if (req.get_header_value("Authorization") == "Bearer " + opt.api_key)
-      return httplib::Server::HandlerResponse::Unhandled;
-    send_error(res, 401, "Unauthorized: missing or wrong API key (send Authorization: Bearer <key>)");
-    return httplib::Server::HandlerResponse::Handled;
-  });
-
-  using Fn = std::function<void(const httplib::Request&, httplib::Response&)>;
-  auto guarded = [](Fn fn) {
-    return [fn](const httplib::Request& req, httplib::Response& res) {
-      try {
-        fn(req, res);
-      } catch (const ApiError& e) {
-        send_error(res, e.status, e.what(), e.param);
-      } catch (const Error& e) {
-        send_error(res, 400, e.what());
-      } catch (const std::exception& e) {
-        send_error(res, 500, e.what());
-      }
-    };
-  };
-
-  svr.Post("/v1/chat/completions", guarded([&](const httplib::Request& req, httplib::Response& res) {
-             const ojson body = parse_body(req);
-             respond(ae, ctx, opt, start_call(ae, ctx, parse_chat_request(body, ctx), "chatcmpl-"), res);
-           }));
-  svr.Post("/v1/completions", guarded([&](const httplib::Request& req, httplib::Response& res) {
-             const ojson body = parse_body(req);
-             respond(ae, ctx, opt, start_call(ae, ctx, parse_completion_request(body, ctx), "cmpl-"), res);
-           }));
-  svr.Get("/v1/models", guarded([&](const httplib::Request&, httplib::Response& res) {
-            ojson data = ojson::array();
-            for (auto& n : ctx.served_names) {
-              ojson m;
-              m["id"] = n;
-              m["object"] = "model";
-              m["created"] = now_s();
-              m["owned_by"] = "vllm";
-              m["root"] = ctx.model_path;
-              m["parent"] = nullptr;
-              m["max_model_len"] = ctx.max_model_len;
-              m["permission"] = ojson::array();
-              data.push_back(m);
-            }
-            send_json(res, 200, {{"object", "list"}, {"data", data}});
-          }));
-  auto health = [&](const httplib::Request&, httplib::Response& res) {
-    res.status = ae.alive() ? 200 : 503;
-    res.set_content("", "text/plain");
-  };
-  svr.Get("/health", health);
-  svr.Get("/ping", health);
-  svr.Get("/version", [](const httplib::Request&, httplib::Response& res) {
-    send_json(res, 200, {{"version", kVersion}});
-  });
-  svr.Get("/metrics", [&](const httplib::Request&, httplib::Response& res) {
-    res.set_content(metrics.render(ctx.served_names.front(), ae.stats()), "text/plain; version=0.0.4");
-  });
-  svr.Post("/tokenize", guarded([&](const httplib::Request& req, httplib::Response& res) {
-             const ojson body = parse_body(req);
-             if (!body.is_object()) throw bad_request("the request body must be a JSON object");
-             check_model(body, ctx);
-             std::vector<int32_t> ids;
-             if (body.contains("messages")) {
-               const std::string text = render_messages(body, ctx, true);
-               ids = ctx.tok->encode(text, true);
-             } else {
-               auto p = body.find("prompt");
-               if (p == body.end() || !p->is_string()) throw bad_request("'prompt' (a string) or 'messages' is required", "prompt");
-               auto ast = body.find("add_special_tokens");
-               if (ast != body.end() && !ast->is_boolean())
-                 throw bad_request("'add_special_tokens' must be a boolean", "add_special_tokens");
-               // The M3 tokenizers have no post-processor: add_special_tokens adds nothing (as in transformers).
-               ids = ctx.tok->encode(p->get<std::string>(), true);
-             }
-             ojson j;
-             j["count"] = ids.size();
-             j["max_model_len"] = ctx.max_model_len;
-             j["tokens"] = ids;
-             send_json(res, 200, j);
-           }));
-  svr.Post("/detokenize", guarded([&](const httplib::Request& req, httplib::Response& res) {
-             const ojson body = parse_body(req);
-             if (!body.is_object()) throw bad_request("the request body must be a JSON object");
-             check_model(body, ctx);
-             auto t = body.find("tokens");
-             if (t == body.end() || !t->is_array()) throw bad_request("'tokens' must be a list of integers", "tokens");
-             std::vector<int32_t> ids;
-             for (auto& x : *t) {
-               if (!x.is_number_integer()) throw bad_request("'tokens' must be a list of integers", "tokens");
-               const int32_t id = x.get<int32_t>();
-               if (!ctx.tok->is_valid(id)) throw bad_request("token id " + std::to_string(id) + " is not valid", "tokens");
-               ids.push_back(id);
-             }
-             send_json(res, 200, {{"prompt", ctx.tok->decode(ids)}});
-           }));
-
-  // cpp-httplib 0.11 listens with a backlog of 5, so many clients connecting at once get resets
-  // (seen in the soak run). Keep the listening socket and raise its backlog after bind: listen()
-  // again on a listening socket only changes the backlog. The options are the library's defaults.
-  int listen_fd = -1;
-  svr.set_socket_options([&listen_fd](socket_t sock) {
-    int yes = 1;
-    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
-    setsockopt(sock, SOL_SOCKET, SO_REUSEPORT, &yes, sizeof(yes));
-    listen_fd = sock;
-  });
-  int port = opt.port;
-  if (port == 0) {
-    port = svr.bind_to_any_port(opt.host);
-    if (port < 0) throw Error("cannot bind to " + opt.host);
-  } else if (!svr.bind_to_port(opt.host, port)) {
-    throw Error("cannot bind to " + opt.host + ":" + std::to_string(port) + " (in use?)");
+    if (rl.rlim_cur < want) {
+      const int cap = int(std::max<rlim_t>(16, rl.rlim_cur > reserve ? rl.rlim_cur - reserve : 16));
+      std::fprintf(stderr, "[m3serve] --max-connections %d lowered to %d (the descriptor limit is %llu)\n",
+                   opt.max_connections, cap, static_cast<unsigned long long>(rl.rlim_cur));
+      opt.max_connections = cap;
+    }
   }
-  if (listen_fd >= 0) ::listen(listen_fd, 1024);
+  Metrics metrics;
+  AsyncEngine ae(engine, metrics, opt.max_waiting);
+  Server srv(ae, metrics, ctx, opt);
+
+  // Listen: SO_REUSEADDR only (a restart may bind over TIME_WAIT; no SO_REUSEPORT, so a second server
+  // cannot share the port and a busy port is an error here).
+  tcp::acceptor acc(net::make_strand(srv.ioc));
+  const std::string where = opt.host + ":" + std::to_string(opt.port);
+  beast::error_code ec;
+  tcp::resolver resolver(srv.ioc);
+  auto eps = resolver.resolve(opt.host, std::to_string(opt.port), tcp::resolver::passive | tcp::resolver::numeric_service, ec);
+  if (ec || eps.empty()) throw Error("cannot listen on " + where + ": " + (ec ? ec.message() : "no address"));
+  const tcp::endpoint ep = eps.begin()->endpoint();
+  acc.open(ep.protocol(), ec);
+  if (!ec) acc.set_option(net::socket_base::reuse_address(true), ec);
+  if (!ec) acc.bind(ep, ec);
+  if (!ec) acc.listen(1024, ec);
+  if (ec) throw Error("cannot listen on " + where + ": " + ec.message());
+  const int port = acc.local_endpoint().port();
   std::fprintf(stderr, "[m3serve] listening on http://%s:%d\n", opt.host.c_str(), port);
   std::fflush(stderr);
 
-  // SIGTERM / SIGINT (blocked in every thread by the serve command) are taken here: stop accepting,
-  // abort what is running so every handler returns, then listen_after_bind() returns.
+  // SIGTERM / SIGINT (blocked in every thread by the serve command) are taken by this thread: the
+  // first starts the drain below, a second exits at once.
   sigset_t set;
   sigemptyset(&set);
   sigaddset(&set, SIGTERM);
   sigaddset(&set, SIGINT);
+  std::mutex sig_mu;
+  std::condition_variable sig_cv;
+  int signals = 0;
+  std::atomic<bool> finished{false};
   std::thread sig([&] {
-    int signo = 0;
-    sigwait(&set, &signo);
-    std::fprintf(stderr, "[m3serve] signal %d: shutting down\n", signo);
-    svr.stop();
-    ae.stop();
+    for (;;) {
+      int signo = 0;
+      sigwait(&set, &signo);
+      if (finished.load()) return;
+      std::unique_lock lk(sig_mu);
+      if (signals++ > 0) {
+        std::fprintf(stderr, "[m3serve] second signal %d: exiting now\n", signo);
+        std::fflush(stderr);
+        _exit(1);
+      }
+      std::fprintf(stderr,
+                   "[m3serve] signal %d: shutting down (running requests have %s to finish; a second signal exits "
+                   "at once)\n",
+                   signo, secs(opt.shutdown_timeout_s).c_str());
+      sig_cv.notify_all();
+    }
   });
-  const bool ok = svr.listen_after_bind();
-  if (sig.joinable()) {
-    pthread_kill(sig.native_handle(), SIGTERM);  // harmless if it already ran
-    sig.join();
+
+  accept_next(srv, acc);
+  std::vector<std::thread> io;
+  for (int i = 0; i < std::max(1, opt.io_threads); ++i) io.emplace_back([&srv] { srv.ioc.run(); });
+  auto guard = net::make_work_guard(srv.ioc);
+
+  {
+    std::unique_lock lk(sig_mu);
+    sig_cv.wait(lk, [&] { return signals > 0; });
   }
-  ae.stop();
-  if (!ok && svr.is_running()) throw Error("the HTTP server failed");
+  // Drain: stop accepting, close idle connections, let running requests finish within the timeout.
+  srv.draining = true;
+  net::post(acc.get_executor(), [&acc] {
+    beast::error_code ig;
+    acc.close(ig);
+  });
+  {
+    std::vector<std::shared_ptr<Conn>> live;
+    {
+      std::lock_guard lk(srv.mu);
+      for (auto& [p, w] : srv.conns)
+        if (auto s = w.lock()) live.push_back(std::move(s));
+    }
+    for (auto& c : live) c->close_if_idle();
+  }
+  auto wait_workers = [&](double seconds) {
+    std::unique_lock lk(srv.mu);
+    return srv.cv.wait_for(lk, ms(seconds), [&] { return srv.workers == 0; });
+  };
+  if (!wait_workers(opt.shutdown_timeout_s)) {
+    int n = 0;
+    {
+      std::lock_guard lk(srv.mu);
+      n = srv.workers;
+    }
+    std::fprintf(stderr, "[m3serve] ending %d request(s) still running after %s (finish_reason abort)\n", n,
+                 secs(opt.shutdown_timeout_s).c_str());
+  }
+  ae.stop();  // what still runs ends with finish_reason abort; streams get their final chunk and [DONE]
+  if (!wait_workers(opt.write_timeout_s + 2)) {
+    std::fprintf(stderr, "[m3serve] requests still writing after the write timeout; exiting\n");
+    std::fflush(stderr);
+    _exit(1);
+  }
+  guard.reset();
+  srv.ioc.stop();
+  for (auto& t : io) t.join();
+  finished = true;
+  pthread_kill(sig.native_handle(), SIGTERM);
+  sig.join();
   std::fprintf(stderr, "[m3serve] stopped\n");
 }
 

@@ -281,7 +281,11 @@ std::string Value::type_name() const {
 
 namespace {
 template <class J>
-Value from_json_impl(const J& j) {
+Value from_json_impl(const J& j, int depth) {
+  // One C++ frame per level: a limit, so that a deeply nested request is an error, not a stack overflow.
+  if (depth > Value::kMaxJsonDepth)
+    throw Error("a JSON value nests deeper than " + std::to_string(Value::kMaxJsonDepth) +
+                " levels (objects and arrays); templates see at most that");
   switch (j.type()) {
     case nlohmann::json::value_t::null: return Value::none();
     case nlohmann::json::value_t::boolean: return Value(j.template get<bool>());
@@ -296,12 +300,12 @@ Value from_json_impl(const J& j) {
     case nlohmann::json::value_t::array: {
       Array a;
       a.reserve(j.size());
-      for (auto& e : j) a.push_back(from_json_impl(e));
+      for (auto& e : j) a.push_back(from_json_impl(e, depth + 1));
       return Value(std::move(a));
     }
     case nlohmann::json::value_t::object: {
       auto o = std::make_shared<Object>();
-      for (auto it = j.begin(); it != j.end(); ++it) o->items.emplace_back(it.key(), from_json_impl(it.value()));
+      for (auto it = j.begin(); it != j.end(); ++it) o->items.emplace_back(it.key(), from_json_impl(it.value(), depth + 1));
       return Value(o);
     }
     default: return Value::none();
@@ -309,8 +313,8 @@ Value from_json_impl(const J& j) {
 }
 }  // namespace
 
-Value Value::from_json(const nlohmann::ordered_json& j) { return from_json_impl(j); }
-Value Value::from_json(const nlohmann::json& j) { return from_json_impl(j); }
+Value Value::from_json(const nlohmann::ordered_json& j) { return from_json_impl(j, 0); }
+Value Value::from_json(const nlohmann::json& j) { return from_json_impl(j, 0); }
 
 bool Value::equals(const Value& o) const {
   bool num_a = is_number() || is_bool(), num_b = o.is_number() || o.is_bool();

@@ -94,6 +94,8 @@ class Value {
                       const std::string* item_sep = nullptr, const std::string* key_sep = nullptr) const;
   std::string type_name() const;
 
+  // Throws m3::Error for values nested deeper than kMaxJsonDepth (the conversion recurses per level).
+  static constexpr int kMaxJsonDepth = 256;
   static Value from_json(const nlohmann::ordered_json& j);
   static Value from_json(const nlohmann::json& j);
 
