@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -189,6 +190,18 @@ void run_serve(ServeOpts& o, CLI::App* sub) {
                o.enable_auto_tool_choice ? " (auto tool choice)" : "");
 
   server::HttpOptions ho;
+  if (kv_pub)
+    ho.extra_metrics = [&kv_pub] {
+      const auto ks = kv_pub->stats();
+      return fmt::format(
+          "# HELP m3serve:kv_events_published_total KV event batches published.\n"
+          "# TYPE m3serve:kv_events_published_total counter\nm3serve:kv_events_published_total {}\n"
+          "# HELP m3serve:kv_events_total KV cache events in the batches published.\n"
+          "# TYPE m3serve:kv_events_total counter\nm3serve:kv_events_total {}\n"
+          "# HELP m3serve:kv_events_dropped_total KV event batches dropped (publisher queue full).\n"
+          "# TYPE m3serve:kv_events_dropped_total counter\nm3serve:kv_events_dropped_total {}\n",
+          ks.published, ks.events, ks.dropped);
+    };
   ho.host = o.host;
   ho.port = o.port;
   ho.api_key = o.api_key;

@@ -534,7 +534,10 @@ EngineStats Engine::stats() const {
   s.waiting = sched_->num_waiting();
   s.free_pages = blocks_->num_free();
   s.total_pages = blocks_->num_blocks();
-  if (tier_) s.tier = tier_->stats();
+  if (tier_) {
+    s.has_tier = true;
+    s.tier = tier_->stats();
+  }
   return s;
 }
 

@@ -80,6 +80,7 @@ struct EngineStats {
   int64_t tier_offloaded_pages = 0;  // pages written to a tier on eviction
   int64_t tier_loaded_pages = 0;     // prefix pages loaded back instead of recomputed
   int64_t tier_load_failures = 0;    // pages a tier held that failed verification (recomputed)
+  bool has_tier = false;
   KvTierStats tier;                  // the local tier's own counters
 };
 

@@ -664,7 +664,8 @@ class Conn : public std::enable_shared_from_this<Conn> {
       case Route::Metrics:
         return reply(make_response(200,
                                    srv_.metrics.render(srv_.ctx.served_names.front(), srv_.ae.stats()) +
-                                       srv_.render_http_metrics(),
+                                       srv_.render_http_metrics() +
+                                       (srv_.opt.extra_metrics ? srv_.opt.extra_metrics() : std::string()),
                                    "text/plain; version=0.0.4", version_, keep_alive_ && !srv_.draining.load()),
                      false);
       case Route::Models: {

@@ -1,6 +1,7 @@
 // The OpenAI-compatible HTTP server (Boost.Beast over Asio): routes, API-key check, body and header
 // limits, timeouts, a connection cap, JSON errors, streaming, and a draining shutdown on SIGTERM / SIGINT.
 #pragma once
+#include <functional>
 #include <string>
 
 #include "engine/engine.h"
@@ -30,6 +31,8 @@ struct HttpOptions {
   double write_timeout_s = 30;   // one write to a client that does not read
   double shutdown_timeout_s = 5; // SIGTERM: how long running requests may finish before they are ended
   RequestLimits limits;
+  // More Prometheus lines for /metrics (e.g. the KV events publisher's counters); may be empty.
+  std::function<std::string()> extra_metrics;
 };
 
 // Serves until SIGTERM / SIGINT: then stops accepting, lets running requests finish within

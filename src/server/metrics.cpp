@@ -85,6 +85,26 @@ std::string Metrics::render(const std::string& model_name, const EngineStats& st
       o += fmt::format("vllm:spec_decode_num_accepted_tokens_per_pos_total{{{},position=\"{}\"}} {}\n", L, i,
                        st.spec_accepted_per_pos[i]);
   }
+  if (st.has_tier) {
+    // The KV tier beyond the pool (m3serve's own names: vLLM's offloading metrics differ by connector).
+    const std::string T = L + ",tier=\"local\"";
+    auto m3 = [&](const char* name, const char* type, const std::string& help, double v) {
+      o += fmt::format("# HELP m3serve:{} {}\n# TYPE m3serve:{} {}\nm3serve:{}{{{}}} {}\n", name, help, name, type, name,
+                       T, v);
+    };
+    m3("kv_tier_offloaded_pages_total", "counter", "KV pages written to the tier when the pool evicted them.",
+       double(st.tier_offloaded_pages));
+    m3("kv_tier_loaded_pages_total", "counter", "Prefix pages loaded from the tier instead of recomputed.",
+       double(st.tier_loaded_pages));
+    m3("kv_tier_load_failures_total", "counter", "Tier pages refused by verification (recomputed).",
+       double(st.tier_load_failures));
+    m3("kv_tier_hits_total", "counter", "Tier lookups that found the page.", double(st.tier.hits));
+    m3("kv_tier_misses_total", "counter", "Tier lookups that did not.", double(st.tier.misses));
+    m3("kv_tier_read_bytes_total", "counter", "Bytes read from the tier.", double(st.tier.bytes_read));
+    m3("kv_tier_written_bytes_total", "counter", "Bytes written to the tier's files.", double(st.tier.bytes_written));
+    m3("kv_tier_read_seconds_total", "counter", "Time spent reading pages from the tier.", st.tier.read_seconds);
+    m3("kv_tier_held_bytes", "gauge", "Bytes the tier holds.", double(st.tier.held_bytes));
+  }
   std::lock_guard lk(mu_);
   counter("prompt_tokens", "Number of prefill tokens processed.", double(prompt_tokens_));
   counter("generation_tokens", "Number of generation tokens processed.", double(generation_tokens_));
