@@ -17,6 +17,8 @@
 #include "cli/engine_flags.h"
 #include "engine/engine.h"
 #include "events/zmq_event_publisher.h"
+#include "store/kv_transfer_config.h"
+#include "store/redis_kv_tier.h"
 #include "formats/error.h"
 #include "model/model.h"
 #include "server/http_server.h"
@@ -128,7 +130,7 @@ void run_serve(ServeOpts& o, CLI::App* sub) {
     if (sub->count(flag) > 0) na.push_back(flag);
   };
   for (const char* f : {"--compilation-config", "--quantization-config.moe",
-                        "--kv-transfer-config", "--moe-backend", "--kernel-config",
+                        "--moe-backend", "--kernel-config",
                         "--data-parallel-address", "--data-parallel-size-local", "--data-parallel-start-rank",
                         "--data-parallel-rpc-port", "--data-parallel-hybrid-lb", "--max-cudagraph-capture-size",
                         "--dbo-prefill-token-threshold", "--dbo-decode-token-threshold", "--enable-dbo",
@@ -139,6 +141,8 @@ void run_serve(ServeOpts& o, CLI::App* sub) {
   if (o.tp > 1) na.push_back("--tensor-parallel-size " + std::to_string(o.tp));
   if (o.dp > 1) na.push_back("--data-parallel-size " + std::to_string(o.dp));
   const EngineConfig ec = o.engine.resolve(&na);
+  const store::KvTransferConfig ktc = store::KvTransferConfig::parse(o.kv_transfer_config);
+  na.insert(na.end(), ktc.not_applicable.begin(), ktc.not_applicable.end());
   print_not_applicable(na);
   if (o.enable_auto_tool_choice && o.tool_call_parser.empty())
     throw Error("--enable-auto-tool-choice needs --tool-call-parser");
@@ -156,6 +160,16 @@ void run_serve(ServeOpts& o, CLI::App* sub) {
     std::fprintf(stderr, "[m3serve] %s\n", d.c_str());
   Tokenizer tok = Tokenizer::from_dir(dir);
   Engine engine(model, &tok, ec);
+  // The shared KV tier (--kv-transfer-config RedisConnector): pages written as computed, found by
+  // every engine of the same model and cache layout.
+  if (ktc.redis) {
+    engine.set_shared_tier(
+        std::make_unique<store::RedisKvTier>(*ktc.redis, engine.kv_layout_id(), engine.kv_page_blob_bytes()),
+        ktc.save_decode_cache);
+    std::fprintf(stderr, "[m3serve] KV store redis://%s:%d shared (pages of layout %016llx%s)\n",
+                 ktc.redis->host.c_str(), ktc.redis->port, (unsigned long long)engine.kv_layout_id(),
+                 ktc.save_decode_cache ? ", generated pages too" : "");
+  }
   // KV cache events for KV-aware routers (--kv-events-config, vLLM's JSON): published from their own
   // thread, so a step never waits on them.
   const events::KvEventsConfig kvc = events::KvEventsConfig::parse(o.kv_events_config);
@@ -311,7 +325,10 @@ void register_serve(CLI::App& app) {
   sub->add_flag("--enable-expert-parallel", o->expert_parallel, "Not applicable");
   sub->add_option("--compilation-config,-O", o->compilation_config, "Not applicable (CUDA graphs / torch.compile)");
   sub->add_option("--quantization-config.moe", o->quant_moe, "Not applicable (GPU MoE re-quantization)");
-  sub->add_option("--kv-transfer-config", o->kv_transfer_config, "Not applicable (disaggregated serving)");
+  sub->add_option("--kv-transfer-config", o->kv_transfer_config,
+                  "vLLM's JSON: RedisConnector (a KV tier shared by engines: {\"kv_connector\": \"RedisConnector\", "
+                  "\"kv_connector_extra_config\": {\"url\": \"redis://HOST:PORT\"}}); GPU connectors accepted "
+                  "without effect");
   sub->add_option("--kv-events-config", o->kv_events_config,
                   "KV cache events for KV-aware routers, vLLM's JSON: '{\"enable_kv_cache_events\": true, "
                   "\"publisher\": \"zmq\", \"endpoint\": \"tcp://*:5557\", \"replay_endpoint\": ..., \"topic\": ...}'");

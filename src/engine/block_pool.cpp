@@ -107,10 +107,10 @@ int32_t BlockPool::acquire_cached(uint64_t hash, uint64_t parent, const int32_t*
   return b;
 }
 
-void BlockPool::publish(int32_t b, uint64_t hash, uint64_t parent, const int32_t* tokens) {
-  if (!caching_ || has_hash_[b]) return;
+bool BlockPool::publish(int32_t b, uint64_t hash, uint64_t parent, const int32_t* tokens) {
+  if (!caching_ || has_hash_[b]) return false;
   // An identical page may already be cached (two requests computed the same prefix at once): keep one.
-  if (find_cached(hash, parent, tokens) >= 0) return;
+  if (find_cached(hash, parent, tokens) >= 0) return false;
   has_hash_[b] = 1;
   hash_[b] = hash;
   parent_[b] = parent;
@@ -125,6 +125,7 @@ void BlockPool::publish(int32_t b, uint64_t hash, uint64_t parent, const int32_t
     e.hashes.push_back(hash);
     e.tokens.insert(e.tokens.end(), tokens, tokens + block_size_);
   }
+  return true;
 }
 
 void BlockPool::clear_cache() {

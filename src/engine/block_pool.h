@@ -32,8 +32,9 @@ class BlockPool {
 
   // Prefix cache: the page holding (parent, tokens[0..B)) if cached; takes a reference to it.
   int32_t acquire_cached(uint64_t hash, uint64_t parent, const int32_t* tokens);
-  // Publishes a full, computed page under its hash (no-op when caching is off or already cached).
-  void publish(int32_t b, uint64_t hash, uint64_t parent, const int32_t* tokens);
+  // Publishes a full, computed page under its hash (no-op when caching is off or already cached);
+  // true when the page entered the cache.
+  bool publish(int32_t b, uint64_t hash, uint64_t parent, const int32_t* tokens);
   bool is_cached(int32_t b) const { return has_hash_[b]; }
 
   // Drops every cached identity (free pages stay free). For resets and tests.

@@ -123,32 +123,71 @@ Engine::Engine(Model& model, const Tokenizer* tok, const EngineConfig& cfg) : mo
 }
 
 namespace {
-// Loads prefix pages from the tier into the pool, each verified by the codec first.
+// Loads prefix pages from the tiers (local first, then shared), each verified by the codec first.
 class TierLoader : public PrefixLoader {
  public:
-  TierLoader(KvTier& tier, KvPageCodec& codec, EngineStats& st) : tier_(tier), codec_(codec), st_(st) {}
+  TierLoader(std::vector<KvTier*> tiers, KvPageCodec& codec, EngineStats& st)
+      : tiers_(std::move(tiers)), codec_(codec), st_(st) {}
   bool load(uint64_t hash, uint64_t parent, const int32_t* tokens, int32_t page) override {
-    if (!tier_.get(hash, blob_)) return false;
-    const std::string why = codec_.import_page(blob_, page, hash, parent, tokens);
-    if (!why.empty()) {
-      // Wrong or damaged bytes are never used: drop them and recompute the page.
-      std::fprintf(stderr, "[m3serve] KV tier (%s): page %016llx refused, recomputed: %s\n", tier_.name(),
-                   (unsigned long long)hash, why.c_str());
-      tier_.erase(hash);
-      ++st_.tier_load_failures;
-      return false;
+    for (KvTier* t : tiers_) {
+      if (!t->get(hash, blob_)) continue;
+      const std::string why = codec_.import_page(blob_, page, hash, parent, tokens);
+      if (!why.empty()) {
+        // Wrong or damaged bytes are never used: drop them and recompute the page.
+        std::fprintf(stderr, "[m3serve] KV tier (%s): page %016llx refused, recomputed: %s\n", t->name(),
+                     (unsigned long long)hash, why.c_str());
+        t->erase(hash);
+        ++st_.tier_load_failures;
+        return false;
+      }
+      ++st_.tier_loaded_pages;
+      return true;
     }
-    ++st_.tier_loaded_pages;
-    return true;
+    return false;
   }
 
  private:
-  KvTier& tier_;
+  std::vector<KvTier*> tiers_;
   KvPageCodec& codec_;
   EngineStats& st_;
   std::string blob_;
 };
 }  // namespace
+
+KvPageCodec& Engine::codec() {
+  if (!codec_) {
+    std::string extra = std::string("kv ") + kv_dtype_name(kv_dtype_) + " ik " + kv_dtype_name(ik_dtype_) +
+                        " block " + std::to_string(block_size_);
+    if (draft_)
+      extra += " draft " + std::to_string(model_layout_id(draft_->config().dir, "")) + " " +
+               kv_dtype_name(draft_kv_dtype_);
+    codec_ = std::make_unique<KvPageCodec>(*kv_, draft_kv_.get(), model_layout_id(model_.config().dir, extra));
+  }
+  return *codec_;
+}
+
+void Engine::wire_loader() {
+  std::vector<KvTier*> tiers;
+  if (tier_) tiers.push_back(tier_.get());
+  if (shared_) tiers.push_back(shared_.get());
+  loader_ = std::make_unique<TierLoader>(tiers, codec(), stats_);
+  sched_->set_prefix_loader(loader_.get());
+}
+
+void Engine::set_shared_tier(std::unique_ptr<KvTier> tier, bool save_decode) {
+  if (!cfg_.enable_prefix_caching)
+    throw Error("a shared KV tier needs prefix caching (pages are found by their prefix hash)");
+  shared_ = std::move(tier);
+  wire_loader();
+  // Written as soon as a page is computed, so that other engines find it (generated pages too when
+  // save_decode is set).
+  sched_->set_on_computed([this, save_decode](int32_t page, uint64_t hash, uint64_t parent, const int32_t* tokens,
+                                              bool from_decode) {
+    if (from_decode && !save_decode) return;
+    codec_->export_page(page, hash, parent, tokens, shared_blob_);
+    shared_->put(hash, std::move(shared_blob_));
+  });
+}
 
 void Engine::setup_tiers() {
   if (cfg_.kv_offloading_gib < 0) throw Error("--kv-offloading-size must be >= 0");
@@ -158,16 +197,9 @@ void Engine::setup_tiers() {
   }
   if (!cfg_.enable_prefix_caching)
     throw Error("--kv-offloading-size needs prefix caching (pages are found again by their prefix hash)");
-  const ModelConfig& mc = model_.config();
-  std::string extra = std::string("kv ") + kv_dtype_name(kv_dtype_) + " ik " + kv_dtype_name(ik_dtype_) + " block " +
-                      std::to_string(block_size_);
-  if (draft_) extra += " draft " + std::to_string(model_layout_id(draft_->config().dir, "")) + " " +
-                       kv_dtype_name(draft_kv_dtype_);
-  codec_ = std::make_unique<KvPageCodec>(*kv_, draft_kv_.get(), model_layout_id(mc.dir, extra));
   tier_ = std::make_unique<LocalKvTier>(int64_t(cfg_.kv_offloading_gib * double(1ull << 30)), cfg_.kv_offloading_dir,
-                                        codec_->layout_id(), codec_->blob_bytes());
-  loader_ = std::make_unique<TierLoader>(*tier_, *codec_, stats_);
-  sched_->set_prefix_loader(loader_.get());
+                                        codec().layout_id(), codec().blob_bytes());
+  wire_loader();
   // Lazy offload: a page is written to the tier only when the pool evicts it for reuse.
   blocks_->set_on_evict([this](int32_t page, uint64_t hash, uint64_t parent, const int32_t* tokens) {
     codec_->export_page(page, hash, parent, tokens, blob_);
@@ -537,6 +569,10 @@ EngineStats Engine::stats() const {
   if (tier_) {
     s.has_tier = true;
     s.tier = tier_->stats();
+  }
+  if (shared_) {
+    s.has_shared_tier = true;
+    s.shared_tier = shared_->stats();
   }
   return s;
 }

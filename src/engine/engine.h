@@ -80,8 +80,9 @@ struct EngineStats {
   int64_t tier_offloaded_pages = 0;  // pages written to a tier on eviction
   int64_t tier_loaded_pages = 0;     // prefix pages loaded back instead of recomputed
   int64_t tier_load_failures = 0;    // pages a tier held that failed verification (recomputed)
-  bool has_tier = false;
+  bool has_tier = false, has_shared_tier = false;
   KvTierStats tier;                  // the local tier's own counters
+  KvTierStats shared_tier;           // the shared tier's
 };
 
 class Engine {
@@ -116,6 +117,13 @@ class Engine {
   std::string describe() const;  // one line for the start-up log
   const BlockPool& block_pool() const { return *blocks_; }
   KvTier* kv_tier() { return tier_.get(); }
+  // A tier shared by several engines (e.g. Redis): pages are written to it as soon as they are
+  // computed (prompt pages; generated ones too with save_decode) and looked up after the local tier.
+  // Throws m3::Error without prefix caching.
+  void set_shared_tier(std::unique_ptr<KvTier> tier, bool save_decode);
+  // Identity of the model and cache layout that stored pages carry (keys of a shared tier).
+  uint64_t kv_layout_id() { return codec().layout_id(); }
+  size_t kv_page_blob_bytes() { return codec().blob_bytes(); }
   bool speculative() const { return draft_ != nullptr; }
   // "drafts N, draft tokens N, accepted N, acceptance length X, per position [..]".
   std::string spec_summary() const;
@@ -124,6 +132,8 @@ class Engine {
   void finish(Sequence* s, FinishReason r, RequestOutput& out);
   void flush_kv_events();
   void setup_tiers();
+  KvPageCodec& codec();  // made on first use
+  void wire_loader();
   bool check_stop(Sequence* s, RequestOutput& out);
   // Emits token t for s (logprobs from `logits`, the raw target row); true when s finished.
   bool emit(Sequence* s, int32_t t, const float* logits, RequestOutput& out);
@@ -156,7 +166,8 @@ class Engine {
   std::unique_ptr<KvPageCodec> codec_;
   std::unique_ptr<KvTier> tier_;
   std::unique_ptr<PrefixLoader> loader_;
-  std::string blob_;  // scratch for one page
+  std::unique_ptr<KvTier> shared_;
+  std::string blob_, shared_blob_;  // scratch for one page
   std::vector<KvCacheEvent> kv_events_;  // this step's, recorded by the block pool while a sink is set
 
   // DSpark (null when speculative decoding is off). The draft's K/V live in a second pool indexed

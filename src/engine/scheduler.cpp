@@ -169,7 +169,8 @@ void Scheduler::commit(const std::vector<ScheduledChunk>& plan) {
       page_tokens_.resize(size_t(B));
       for (int j = 0; j < B; ++j) page_tokens_[size_t(j)] = s->token(int64_t(i) * B + j);
       const uint64_t h = hash_block(parent, page_tokens_.data(), B);
-      pool_.publish(s->blocks[i], h, parent, page_tokens_.data());
+      if (pool_.publish(s->blocks[i], h, parent, page_tokens_.data()) && on_computed_)
+        on_computed_(s->blocks[i], h, parent, page_tokens_.data(), int64_t(i + 1) * B > int64_t(s->prompt.size()));
       s->block_hashes.push_back(h);
     }
   }

@@ -10,6 +10,7 @@
 #pragma once
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <vector>
 
 #include "engine/block_pool.h"
@@ -70,6 +71,11 @@ class Scheduler {
   const SchedulerConfig& config() const { return cfg_; }
   // A prefix lookup that misses the pool asks `loader` (null: none) before recomputing.
   void set_prefix_loader(PrefixLoader* loader) { loader_ = loader; }
+  // Called for each page that a step completed and that entered the prefix cache; `from_decode`: the
+  // page holds generated tokens (a shared tier writes pages then).
+  using ComputedFn =
+      std::function<void(int32_t page, uint64_t hash, uint64_t parent, const int32_t* tokens, bool from_decode)>;
+  void set_on_computed(ComputedFn f) { on_computed_ = std::move(f); }
 
  private:
   bool ensure_pages(Sequence* s, int64_t upto_tokens);
@@ -84,6 +90,7 @@ class Scheduler {
   SchedulerStats stats_;
   std::vector<int32_t> page_tokens_;  // commit(): the tokens of the page being published
   PrefixLoader* loader_ = nullptr;
+  ComputedFn on_computed_;
 };
 
 }  // namespace m3

@@ -1,6 +1,8 @@
 // Prometheus metrics rendering (see metrics.h); bucket bounds follow vLLM's.
 #include "server/metrics.h"
 
+#include <vector>
+
 #include <fmt/format.h>
 
 namespace m3::server {
@@ -85,25 +87,37 @@ std::string Metrics::render(const std::string& model_name, const EngineStats& st
       o += fmt::format("vllm:spec_decode_num_accepted_tokens_per_pos_total{{{},position=\"{}\"}} {}\n", L, i,
                        st.spec_accepted_per_pos[i]);
   }
-  if (st.has_tier) {
-    // The KV tier beyond the pool (m3serve's own names: vLLM's offloading metrics differ by connector).
-    const std::string T = L + ",tier=\"local\"";
-    auto m3 = [&](const char* name, const char* type, const std::string& help, double v) {
+  if (st.has_tier || st.has_shared_tier) {
+    // The KV tiers beyond the pool (m3serve's own names: vLLM's offloading metrics differ by connector).
+    auto m3 = [&](const char* name, const char* type, const std::string& help, const std::string& labels, double v) {
       o += fmt::format("# HELP m3serve:{} {}\n# TYPE m3serve:{} {}\nm3serve:{}{{{}}} {}\n", name, help, name, type, name,
-                       T, v);
+                       labels, v);
     };
-    m3("kv_tier_offloaded_pages_total", "counter", "KV pages written to the tier when the pool evicted them.",
+    m3("kv_tier_offloaded_pages_total", "counter", "KV pages written to the local tier when the pool evicted them.", L,
        double(st.tier_offloaded_pages));
-    m3("kv_tier_loaded_pages_total", "counter", "Prefix pages loaded from the tier instead of recomputed.",
+    m3("kv_tier_loaded_pages_total", "counter", "Prefix pages loaded from a tier instead of recomputed.", L,
        double(st.tier_loaded_pages));
-    m3("kv_tier_load_failures_total", "counter", "Tier pages refused by verification (recomputed).",
+    m3("kv_tier_load_failures_total", "counter", "Tier pages refused by verification (recomputed).", L,
        double(st.tier_load_failures));
-    m3("kv_tier_hits_total", "counter", "Tier lookups that found the page.", double(st.tier.hits));
-    m3("kv_tier_misses_total", "counter", "Tier lookups that did not.", double(st.tier.misses));
-    m3("kv_tier_read_bytes_total", "counter", "Bytes read from the tier.", double(st.tier.bytes_read));
-    m3("kv_tier_written_bytes_total", "counter", "Bytes written to the tier's files.", double(st.tier.bytes_written));
-    m3("kv_tier_read_seconds_total", "counter", "Time spent reading pages from the tier.", st.tier.read_seconds);
-    m3("kv_tier_held_bytes", "gauge", "Bytes the tier holds.", double(st.tier.held_bytes));
+    // One family per counter, a sample per tier (local, shared).
+    std::vector<std::pair<const KvTierStats*, const char*>> tiers;
+    if (st.has_tier) tiers.emplace_back(&st.tier, "local");
+    if (st.has_shared_tier) tiers.emplace_back(&st.shared_tier, "shared");
+    auto family = [&](const char* name, const char* help, auto value) {
+      o += fmt::format("# HELP m3serve:{} {}\n# TYPE m3serve:{} counter\n", name, help, name);
+      for (const auto& [t, which] : tiers)
+        o += fmt::format("m3serve:{}{{{},tier=\"{}\"}} {}\n", name, L, which, double(value(*t)));
+    };
+    family("kv_tier_hits_total", "Tier lookups that found the page.", [](const KvTierStats& t) { return t.hits; });
+    family("kv_tier_misses_total", "Tier lookups that did not (or failed).", [](const KvTierStats& t) { return t.misses; });
+    family("kv_tier_stored_pages_total", "Pages handed to the tier.", [](const KvTierStats& t) { return t.stored_pages; });
+    family("kv_tier_read_bytes_total", "Bytes read from the tier.", [](const KvTierStats& t) { return t.bytes_read; });
+    family("kv_tier_written_bytes_total", "Bytes written to the tier's files or store.",
+           [](const KvTierStats& t) { return t.bytes_written; });
+    family("kv_tier_read_seconds_total", "Time spent reading pages from the tier.",
+           [](const KvTierStats& t) { return t.read_seconds; });
+    if (st.has_tier)
+      m3("kv_tier_held_bytes", "gauge", "Bytes the local tier holds.", L + ",tier=\"local\"", double(st.tier.held_bytes));
   }
   std::lock_guard lk(mu_);
   counter("prompt_tokens", "Number of prefill tokens processed.", double(prompt_tokens_));

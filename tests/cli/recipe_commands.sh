@@ -73,6 +73,10 @@ while IFS= read -r line; do
     if [ "${args[$j]}" = --speculative-config ] && ! grep -q '"method"' <<<"${args[$((j + 1))]}"; then
       args[$((j + 1))]=$(python3 -c 'import json,sys; d=json.loads(sys.argv[1]); d.setdefault("method","dspark"); d.setdefault("num_speculative_tokens",7); print(json.dumps(d))' "${args[$((j + 1))]}")
     fi
+    # Likewise a --kv-transfer-config of extra keys merges into the preset's host-memory offload connector.
+    if [ "${args[$j]}" = --kv-transfer-config ] && ! grep -q '"kv_connector"' <<<"${args[$((j + 1))]}"; then
+      args[$((j + 1))]=$(python3 -c 'import json,sys; d=json.loads(sys.argv[1]); d.setdefault("kv_connector","SimpleCPUOffloadConnector"); d.setdefault("kv_role","kv_both"); print(json.dumps(d))' "${args[$((j + 1))]}")
+    fi
   done
   # The recipe serves --max-model-len 1048576: one sequence of that length must fit the pool (checked at
   # start, as vLLM does), about 0.5 GiB of KV for the tiny model (more with the draft's).

@@ -1,0 +1,102 @@
+// Parsing of --kv-transfer-config (see kv_transfer_config.h).
+#include "store/kv_transfer_config.h"
+
+#include <nlohmann/json.hpp>
+
+#include "formats/error.h"
+
+namespace m3::store {
+
+namespace {
+
+using json = nlohmann::json;
+
+const char* const kKeys[] = {"kv_connector",      "engine_id",     "kv_buffer_device", "kv_buffer_size",
+                             "kv_role",           "kv_rank",       "kv_parallel_size", "kv_ip",
+                             "kv_port",           "kv_connector_extra_config",           "kv_connector_module_path",
+                             "enable_permute_local_kv",            "kv_load_failure_policy"};
+const char* const kElsewhere[] = {"NixlConnector",        "MooncakeConnector", "MooncakeConnectorV1",
+                                  "MooncakeStoreConnector", "SimpleCPUOffloadConnector", "OffloadingConnector",
+                                  "LMCacheConnectorV1",   "P2pNcclConnector",  "SharedStorageConnector",
+                                  "ExampleConnector",     "DecodeBenchConnector"};
+
+void connector(const json& c, const std::string& where, KvTransferConfig& out, bool top) {
+  if (!c.is_object()) throw Error(where + ": expected a JSON object");
+  for (auto it = c.begin(); it != c.end(); ++it) {
+    bool known = false;
+    for (const char* k : kKeys) known |= it.key() == k;
+    if (!known) throw Error(where + ": unknown key \"" + it.key() + "\"");
+  }
+  if (c.contains("kv_load_failure_policy")) {
+    const json& p = c["kv_load_failure_policy"];
+    if (!p.is_string() || (p != "recompute" && p != "fail"))
+      throw Error(where + ": kv_load_failure_policy must be \"recompute\" or \"fail\"");
+    if (top) out.load_failure_policy = p.get<std::string>();
+  }
+  if (!c.contains("kv_connector") || !c["kv_connector"].is_string()) throw Error(where + ": kv_connector is required");
+  const std::string name = c["kv_connector"].get<std::string>();
+  const json extra = c.value("kv_connector_extra_config", json::object());
+  if (!extra.is_object()) throw Error(where + ": kv_connector_extra_config must be an object");
+  if (name == "MultiConnector") {
+    if (!top) throw Error(where + ": a MultiConnector inside a MultiConnector");
+    if (!extra.contains("connectors") || !extra["connectors"].is_array())
+      throw Error(where + ": MultiConnector needs kv_connector_extra_config.connectors (a list)");
+    for (size_t i = 0; i < extra["connectors"].size(); ++i)
+      connector(extra["connectors"][i], where + " connectors[" + std::to_string(i) + "]", out, false);
+    return;
+  }
+  if (name == "RedisConnector") {
+    if (out.redis) throw Error(where + ": RedisConnector given twice");
+    RedisTierOptions o = RedisTierOptions::from_url(extra.value("url", std::string("redis://127.0.0.1:6379")));
+    for (auto it = extra.begin(); it != extra.end(); ++it) {
+      const std::string& k = it.key();
+      const json& v = it.value();
+      if (k == "url") {
+        if (!v.is_string()) throw Error(where + ": url must be a string");
+      } else if (k == "save_decode_cache") {
+        if (!v.is_boolean()) throw Error(where + ": save_decode_cache must be true or false");
+        out.save_decode_cache = v.get<bool>();
+      } else if (k == "timeout_ms") {
+        if (!v.is_number_integer() || v.get<int64_t>() < 1 || v.get<int64_t>() > 60000)
+          throw Error(where + ": timeout_ms must be an integer in [1, 60000]");
+        o.timeout_ms = int(v.get<int64_t>());
+      } else if (k == "ttl_seconds") {
+        if (!v.is_number_integer() || v.get<int64_t>() < 0) throw Error(where + ": ttl_seconds must be >= 0");
+        o.ttl_seconds = v.get<int64_t>();
+      } else {
+        throw Error(where + ": RedisConnector has no key \"" + k +
+                    "\" (known: url, save_decode_cache, timeout_ms, ttl_seconds)");
+      }
+    }
+    out.redis = o;
+    return;
+  }
+  for (const char* e : kElsewhere)
+    if (name == e) {
+      out.not_applicable.push_back("--kv-transfer-config " + name);
+      return;
+    }
+  throw Error(where + ": unknown kv_connector \"" + name +
+              "\" (RedisConnector here; GPU connectors such as NixlConnector are accepted without effect)");
+}
+
+}  // namespace
+
+KvTransferConfig KvTransferConfig::parse(const std::string& text) {
+  KvTransferConfig c;
+  if (text.empty()) return c;
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const std::exception& e) {
+    throw Error(std::string("--kv-transfer-config: not valid JSON (") + e.what() + ")");
+  }
+  connector(j, "--kv-transfer-config", c, true);
+  // The shared tier cannot end one request on a failed load yet; it always recomputes.
+  if (c.redis && c.load_failure_policy == "fail")
+    throw Error("--kv-transfer-config: kv_load_failure_policy \"fail\" is not supported with RedisConnector yet "
+                "(a page that cannot be loaded is recomputed): use \"recompute\"");
+  return c;
+}
+
+}  // namespace m3::store

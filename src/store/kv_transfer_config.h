@@ -1,0 +1,26 @@
+// --kv-transfer-config: vLLM's KVTransferConfig JSON. Its keys are checked (unknown ones refused by
+// name) and each connector is classified: "RedisConnector" (m3serve's shared KV tier on Redis:
+// kv_connector_extra_config {"url": "redis://HOST:PORT", "save_decode_cache": bool, "timeout_ms": int,
+// "ttl_seconds": int}) is honoured; the recipe's GPU / other-engine connectors (NixlConnector,
+// MooncakeConnector, SimpleCPUOffloadConnector, OffloadingConnector, LMCacheConnectorV1, ...) are
+// reported as not applicable here (the local tier is --kv-offloading-size); MultiConnector's
+// "connectors" are classified one by one; any other connector name is refused.
+#pragma once
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "store/redis_kv_tier.h"
+
+namespace m3::store {
+
+struct KvTransferConfig {
+  std::optional<RedisTierOptions> redis;  // a RedisConnector was given
+  bool save_decode_cache = false;
+  std::string load_failure_policy = "recompute";
+  std::vector<std::string> not_applicable;  // connectors accepted without effect, for the start-up note
+  // Throws m3::Error naming the key or connector.
+  static KvTransferConfig parse(const std::string& json);
+};
+
+}  // namespace m3::store

@@ -1,0 +1,196 @@
+// Redis KV tier (see redis_kv_tier.h).
+#include "store/redis_kv_tier.h"
+
+#include <hiredis/hiredis.h>
+
+#include <chrono>
+#include <cstdio>
+
+#include "formats/error.h"
+
+namespace m3::store {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+timeval to_tv(int ms) { return timeval{ms / 1000, (ms % 1000) * 1000}; }
+}  // namespace
+
+struct RedisKvTier::Conn {
+  redisContext* c = nullptr;
+  Clock::time_point retry_after{};
+  ~Conn() { close(); }
+  void close() {
+    if (c) redisFree(c);
+    c = nullptr;
+  }
+};
+
+RedisTierOptions RedisTierOptions::from_url(const std::string& url) {
+  RedisTierOptions o;
+  std::string rest = url;
+  if (rest.rfind("redis://", 0) == 0) rest = rest.substr(8);
+  else if (rest.find("://") != std::string::npos)
+    throw Error("KV store url " + url + ": expected redis://HOST:PORT");
+  const size_t colon = rest.rfind(':');
+  if (colon == std::string::npos) {
+    o.host = rest;
+  } else {
+    o.host = rest.substr(0, colon);
+    try {
+      o.port = std::stoi(rest.substr(colon + 1));
+    } catch (...) {
+      throw Error("KV store url " + url + ": bad port");
+    }
+  }
+  if (o.host.empty() || o.port <= 0 || o.port > 65535) throw Error("KV store url " + url + ": expected redis://HOST:PORT");
+  return o;
+}
+
+RedisKvTier::RedisKvTier(const RedisTierOptions& opt, uint64_t layout_id, size_t blob_bytes)
+    : opt_(opt), blob_bytes_(blob_bytes), read_(std::make_unique<Conn>()), write_(std::make_unique<Conn>()) {
+  char p[40];
+  std::snprintf(p, sizeof p, "m3kv:%016llx:", (unsigned long long)layout_id);
+  prefix_ = p;
+  // Say at start whether Redis answers; serving goes on without it (pages are recomputed).
+  if (!ensure(*read_))
+    std::fprintf(stderr, "[m3serve] warning: KV store redis://%s:%d does not answer yet; retrying in the background\n",
+                 opt_.host.c_str(), opt_.port);
+  thread_ = std::thread([this] { writer(); });
+}
+
+RedisKvTier::~RedisKvTier() {
+  {
+    std::unique_lock lk(mu_);
+    idle_cv_.wait_for(lk, std::chrono::seconds(3), [&] { return pending_.empty() && !writing_; });
+    stop_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+std::string RedisKvTier::key(uint64_t hash) const {
+  char h[20];
+  std::snprintf(h, sizeof h, "%016llx", (unsigned long long)hash);
+  return prefix_ + h;
+}
+
+bool RedisKvTier::ensure(Conn& c) {
+  if (c.c && !c.c->err) return true;
+  c.close();
+  const auto now = Clock::now();
+  if (now < c.retry_after) return false;
+  c.c = redisConnectWithTimeout(opt_.host.c_str(), opt_.port, to_tv(opt_.timeout_ms));
+  if (!c.c || c.c->err) {
+    c.close();
+    c.retry_after = now + std::chrono::seconds(1);
+    errors_.fetch_add(1);
+    return false;
+  }
+  redisSetTimeout(c.c, to_tv(opt_.timeout_ms));
+  return true;
+}
+
+void RedisKvTier::put(uint64_t hash, std::string&& blob) {
+  {
+    std::lock_guard lk(mu_);
+    if (pending_.size() >= opt_.max_pending) {
+      dropped_.fetch_add(1);
+      return;
+    }
+    pending_.emplace_back(hash, std::move(blob));
+    ++st_.stored_pages;
+  }
+  cv_.notify_one();
+}
+
+bool RedisKvTier::get(uint64_t hash, std::string& out) {
+  const auto t0 = Clock::now();
+  auto count = [&](bool hit) {
+    std::lock_guard lk(mu_);
+    if (hit) {
+      ++st_.hits;
+      st_.bytes_read += int64_t(out.size());
+      st_.read_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
+    } else {
+      ++st_.misses;
+    }
+    return hit;
+  };
+  if (!ensure(*read_)) return count(false);
+  const std::string k = key(hash);
+  auto* r = static_cast<redisReply*>(redisCommand(read_->c, "GET %b", k.data(), k.size()));
+  if (!r) {  // timeout or connection lost: back off, recompute
+    read_->close();
+    read_->retry_after = Clock::now() + std::chrono::seconds(1);
+    errors_.fetch_add(1);
+    return count(false);
+  }
+  const bool hit = r->type == REDIS_REPLY_STRING;
+  if (hit) out.assign(r->str, r->len);
+  freeReplyObject(r);
+  return count(hit);
+}
+
+void RedisKvTier::erase(uint64_t hash) {
+  if (!ensure(*read_)) return;
+  const std::string k = key(hash);
+  if (auto* r = static_cast<redisReply*>(redisCommand(read_->c, "DEL %b", k.data(), k.size()))) freeReplyObject(r);
+  else read_->close();
+}
+
+KvTierStats RedisKvTier::stats() const {
+  std::lock_guard lk(mu_);
+  KvTierStats s = st_;
+  s.held_pages = -1;  // Redis holds what its memory policy keeps
+  return s;
+}
+
+void RedisKvTier::flush() {
+  std::unique_lock lk(mu_);
+  idle_cv_.wait(lk, [&] { return pending_.empty() && !writing_; });
+}
+
+void RedisKvTier::writer() {
+  std::deque<std::pair<uint64_t, std::string>> batch;
+  std::unique_lock lk(mu_);
+  for (;;) {
+    cv_.wait(lk, [&] { return stop_ || !pending_.empty(); });
+    if (pending_.empty() && stop_) break;
+    batch.swap(pending_);
+    writing_ = true;
+    lk.unlock();
+    int64_t written = 0;
+    if (ensure(*write_)) {
+      // Pipelined: every SET appended, then the replies read.
+      for (auto& [h, blob] : batch) {
+        const std::string k = key(h);
+        if (opt_.ttl_seconds > 0)
+          redisAppendCommand(write_->c, "SET %b %b EX %lld", k.data(), k.size(), blob.data(), blob.size(),
+                             (long long)opt_.ttl_seconds);
+        else
+          redisAppendCommand(write_->c, "SET %b %b", k.data(), k.size(), blob.data(), blob.size());
+      }
+      for (auto& [h, blob] : batch) {
+        void* reply = nullptr;
+        if (redisGetReply(write_->c, &reply) != REDIS_OK) {
+          write_->close();
+          write_->retry_after = Clock::now() + std::chrono::seconds(1);
+          errors_.fetch_add(1);
+          break;
+        }
+        freeReplyObject(reply);
+        written += int64_t(blob.size());
+      }
+    } else {
+      dropped_.fetch_add(int64_t(batch.size()));
+    }
+    batch.clear();
+    lk.lock();
+    st_.bytes_written += written;
+    writing_ = false;
+    if (pending_.empty()) idle_cv_.notify_all();
+  }
+  idle_cv_.notify_all();
+}
+
+}  // namespace m3::store
