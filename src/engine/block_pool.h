@@ -36,6 +36,10 @@ class BlockPool {
   // true when the page entered the cache.
   bool publish(int32_t b, uint64_t hash, uint64_t parent, const int32_t* tokens);
   bool is_cached(int32_t b) const { return has_hash_[b]; }
+  // Whether the page (hash, parent, tokens) is in the prefix cache (held or free).
+  bool contains(uint64_t hash, uint64_t parent, const int32_t* tokens) const {
+    return caching_ && find_cached(hash, parent, tokens) >= 0;
+  }
 
   // Drops every cached identity (free pages stay free). For resets and tests.
   void clear_cache();

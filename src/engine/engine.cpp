@@ -145,6 +145,20 @@ class TierLoader : public PrefixLoader {
     }
     return false;
   }
+  // The asynchronous tiers (shared ones) fetch ahead; the local tiers answer at once.
+  bool prefetch(uint64_t ticket, const std::vector<uint64_t>& hashes) override {
+    bool started = false;
+    for (KvTier* t : tiers_) started |= t->prefetch(ticket, hashes);
+    return started;
+  }
+  bool fetched(uint64_t ticket) override {
+    bool all = true;
+    for (KvTier* t : tiers_) all &= t->fetched(ticket);
+    return all;
+  }
+  void wait_fetch(std::chrono::milliseconds timeout) override {
+    for (KvTier* t : tiers_) t->wait_fetch(timeout);
+  }
 
  private:
   std::vector<KvTier*> tiers_;
@@ -436,8 +450,15 @@ std::vector<RequestOutput> Engine::step() {
   std::vector<RequestOutput> outs;
   std::vector<ScheduledChunk> plan = sched_->schedule();
   if (plan.empty()) {
-    // The scheduler always runs something while there is work (the head of the queue fits the pool
-    // alone); an empty plan would be a bug, and ending a request for it would lose it silently.
+    // Only requests waiting for tier pages: wait a little for a fetch to end instead of spinning.
+    if (sched_->num_running() == 0 && sched_->num_waiting() == sched_->num_fetching() &&
+        sched_->num_fetching() > 0) {
+      loader_->wait_fetch(std::chrono::milliseconds(5));
+      flush_kv_events();
+      return outs;
+    }
+    // Otherwise the scheduler always runs something while there is work (the head of the queue fits
+    // the pool alone); an empty plan would be a bug, and ending a request for it would lose it silently.
     if (sched_->has_work())
       throw std::logic_error("scheduler made no progress with " + std::to_string(sched_->num_running()) +
                              " running and " + std::to_string(sched_->num_waiting()) + " waiting requests");

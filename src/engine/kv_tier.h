@@ -3,6 +3,7 @@
 // misses the pool asks the tier before recomputing. A tier only stores and returns bytes: the codec
 // verifies every blob against the page it should be before the pool takes it.
 #pragma once
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -11,6 +12,7 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <vector>
 
 namespace m3 {
 
@@ -34,6 +36,14 @@ class KvTier {
   // Drops a page (one that failed verification).
   virtual void erase(uint64_t hash) = 0;
   virtual KvTierStats stats() const = 0;
+
+  // Tiers behind a network fetch ahead: prefetch() starts fetching these pages in the background (true
+  // when it did), fetched() says when the fetch under `ticket` is over (once true, it forgets the
+  // ticket), and get() then answers from what was fetched without a round trip. wait_fetch() waits a
+  // little for any fetch to end. Local tiers answer at once and keep the defaults.
+  virtual bool prefetch(uint64_t ticket, const std::vector<uint64_t>& hashes) { return false; }
+  virtual bool fetched(uint64_t ticket) { return true; }
+  virtual void wait_fetch(std::chrono::milliseconds timeout) {}
 };
 
 // A local tier of at most `max_bytes`, least recently used out first: in memory, or (with a directory)

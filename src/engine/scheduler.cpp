@@ -23,6 +23,7 @@ void Scheduler::release_pages(Sequence* s) {
 
 void Scheduler::remove(Sequence* s) {
   if (auto it = std::find(waiting_.begin(), waiting_.end(), s); it != waiting_.end()) waiting_.erase(it);
+  if (auto it = std::find(fetching_.begin(), fetching_.end(), s); it != fetching_.end()) fetching_.erase(it);
   if (auto it = std::find(running_.begin(), running_.end(), s); it != running_.end()) running_.erase(it);
   release_pages(s);
 }
@@ -81,8 +82,30 @@ int64_t Scheduler::prefix_hit(Sequence* s) {
   return s->num_computed;
 }
 
+bool Scheduler::start_fetch(Sequence* s) {
+  s->fetch_started = true;
+  const int B = cfg_.block_size;
+  const int64_t max_blocks = (s->num_tokens() - 1) / B;
+  if (max_blocks <= 0) return false;
+  const std::vector<int32_t> toks = s->all_tokens();
+  std::vector<uint64_t> missing;
+  uint64_t parent = 0;
+  for (int64_t i = 0; i < max_blocks; ++i) {
+    const uint64_t h = hash_block(parent, &toks[size_t(i * B)], B);
+    if (!pool_.contains(h, parent, &toks[size_t(i * B)])) missing.push_back(h);
+    parent = h;
+  }
+  return !missing.empty() && loader_->prefetch(s->id, missing);
+}
+
 std::vector<ScheduledChunk> Scheduler::schedule() {
   std::vector<ScheduledChunk> plan;
+  // Requests whose tier pages have arrived go back to the front of the queue, in arrival order.
+  for (size_t i = fetching_.size(); i-- > 0;) {
+    if (!loader_->fetched(fetching_[i]->id)) continue;
+    waiting_.push_front(fetching_[i]);
+    fetching_.erase(fetching_.begin() + long(i));
+  }
   int64_t budget = cfg_.max_num_batched_tokens;
   auto cap = [&](int64_t need) {
     int64_t n = std::min(need, budget);
@@ -128,6 +151,12 @@ std::vector<ScheduledChunk> Scheduler::schedule() {
   const int64_t watermark_pages = int64_t(std::ceil(cfg_.watermark * double(pool_.num_blocks())));
   while (!waiting_.empty() && budget > 0 && int64_t(running_.size()) < cfg_.max_num_seqs) {
     Sequence* s = waiting_.front();
+    if (loader_ && pool_.caching() && !s->admitted_once && !s->fetch_started && start_fetch(s)) {
+      // Its prefix pages are on their way from a tier: it waits off the queue, the others go on.
+      waiting_.pop_front();
+      fetching_.push_back(s);
+      continue;
+    }
     const int64_t hit = prefix_hit(s);
     const int64_t total_pages = (s->num_tokens() + cfg_.block_size - 1) / cfg_.block_size;
     const int64_t more = total_pages - int64_t(s->blocks.size());

@@ -9,6 +9,7 @@
 // fits the pool alone therefore always completes: the Engine admits nothing longer than the pool.
 #pragma once
 #include <cstdint>
+#include <chrono>
 #include <deque>
 #include <functional>
 #include <vector>
@@ -48,6 +49,11 @@ class PrefixLoader {
  public:
   virtual ~PrefixLoader() = default;
   virtual bool load(uint64_t hash, uint64_t parent, const int32_t* tokens, int32_t page) = 0;
+  // Asynchronous tiers (see KvTier::prefetch): start fetching a request's missing prefix pages; the
+  // request waits for them off the queue while the others run.
+  virtual bool prefetch(uint64_t ticket, const std::vector<uint64_t>& hashes) { return false; }
+  virtual bool fetched(uint64_t ticket) { return true; }
+  virtual void wait_fetch(std::chrono::milliseconds timeout) {}
 };
 
 class Scheduler {
@@ -64,9 +70,11 @@ class Scheduler {
   // Releases the pages of a finished sequence.
   void finish(Sequence* s);
 
-  size_t num_waiting() const { return waiting_.size(); }
+  size_t num_waiting() const { return waiting_.size() + fetching_.size(); }
+  // Requests waiting for their prefix pages from an asynchronous tier (part of num_waiting()).
+  size_t num_fetching() const { return fetching_.size(); }
   size_t num_running() const { return running_.size(); }
-  bool has_work() const { return !waiting_.empty() || !running_.empty(); }
+  bool has_work() const { return !waiting_.empty() || !running_.empty() || !fetching_.empty(); }
   const SchedulerStats& stats() const { return stats_; }
   const SchedulerConfig& config() const { return cfg_; }
   // A prefix lookup that misses the pool asks `loader` (null: none) before recomputing.
@@ -82,10 +90,14 @@ class Scheduler {
   void release_pages(Sequence* s);
   void preempt(Sequence* s);
   int64_t prefix_hit(Sequence* s);  // acquires cached pages; returns hit tokens
+  // First admission with an asynchronous tier: starts fetching the prefix pages the pool lacks; true
+  // when s must wait for them.
+  bool start_fetch(Sequence* s);
 
   SchedulerConfig cfg_;
   BlockPool& pool_;
   std::deque<Sequence*> waiting_;
+  std::vector<Sequence*> fetching_;  // first admissions waiting for tier pages, in arrival order
   std::vector<Sequence*> running_;  // in admission order (last = lowest priority)
   SchedulerStats stats_;
   std::vector<int32_t> page_tokens_;  // commit(): the tokens of the page being published

@@ -27,6 +27,7 @@ struct Sequence {
   int64_t num_computed = 0;           // tokens whose K/V/index-K are in the pages
   int64_t num_cached_tokens = 0;      // prefix-cache hit of the first admission
   bool admitted_once = false;
+  bool fetch_started = false;  // its prefix pages were asked of an asynchronous tier
   int num_preemptions = 0;
 
   enum class Status { Waiting, Running, Finished } status = Status::Waiting;

@@ -47,7 +47,11 @@ RedisTierOptions RedisTierOptions::from_url(const std::string& url) {
 }
 
 RedisKvTier::RedisKvTier(const RedisTierOptions& opt, uint64_t layout_id, size_t blob_bytes)
-    : opt_(opt), blob_bytes_(blob_bytes), read_(std::make_unique<Conn>()), write_(std::make_unique<Conn>()) {
+    : opt_(opt),
+      blob_bytes_(blob_bytes),
+      read_(std::make_unique<Conn>()),
+      write_(std::make_unique<Conn>()),
+      fetch_(std::make_unique<Conn>()) {
   char p[40];
   std::snprintf(p, sizeof p, "m3kv:%016llx:", (unsigned long long)layout_id);
   prefix_ = p;
@@ -56,6 +60,7 @@ RedisKvTier::RedisKvTier(const RedisTierOptions& opt, uint64_t layout_id, size_t
     std::fprintf(stderr, "[m3serve] warning: KV store redis://%s:%d does not answer yet; retrying in the background\n",
                  opt_.host.c_str(), opt_.port);
   thread_ = std::thread([this] { writer(); });
+  fetch_thread_ = std::thread([this] { fetcher(); });
 }
 
 RedisKvTier::~RedisKvTier() {
@@ -65,7 +70,86 @@ RedisKvTier::~RedisKvTier() {
     stop_ = true;
   }
   cv_.notify_all();
+  fetch_cv_.notify_all();
   thread_.join();
+  fetch_thread_.join();
+}
+
+bool RedisKvTier::prefetch(uint64_t ticket, const std::vector<uint64_t>& hashes) {
+  {
+    std::lock_guard lk(mu_);
+    if (Clock::now() < fetch_down_until_) return false;  // Redis was unreachable a moment ago
+    fetch_q_.emplace_back(ticket, hashes);
+    fetch_pending_.insert(ticket);
+  }
+  fetch_cv_.notify_one();
+  return true;
+}
+
+bool RedisKvTier::fetched(uint64_t ticket) {
+  std::lock_guard lk(mu_);
+  return !fetch_pending_.count(ticket);
+}
+
+void RedisKvTier::wait_fetch(std::chrono::milliseconds timeout) {
+  std::unique_lock lk(mu_);
+  if (fetch_pending_.empty()) return;
+  const size_t before = fetch_pending_.size();
+  fetched_cv_.wait_for(lk, timeout, [&] { return fetch_pending_.size() < before || stop_; });
+}
+
+void RedisKvTier::fetcher() {
+  std::unique_lock lk(mu_);
+  for (;;) {
+    fetch_cv_.wait(lk, [&] { return stop_ || !fetch_q_.empty(); });
+    if (stop_) break;
+    auto [ticket, hashes] = std::move(fetch_q_.front());
+    fetch_q_.pop_front();
+    lk.unlock();
+    // One pipelined round: every GET appended, then the replies read.
+    std::vector<std::pair<uint64_t, std::string>> got;
+    bool failed = false;
+    if (ensure(*fetch_)) {
+      for (uint64_t h : hashes) {
+        const std::string k = key(h);
+        redisAppendCommand(fetch_->c, "GET %b", k.data(), k.size());
+      }
+      for (uint64_t h : hashes) {
+        void* reply = nullptr;
+        if (redisGetReply(fetch_->c, &reply) != REDIS_OK) {
+          failed = true;
+          break;
+        }
+        auto* r = static_cast<redisReply*>(reply);
+        got.emplace_back(h, r->type == REDIS_REPLY_STRING ? std::string(r->str, r->len) : std::string());
+        freeReplyObject(r);
+      }
+    } else {
+      failed = true;
+    }
+    if (failed && fetch_->c) {  // lost mid-round: reconnect after the back-off
+      fetch_->close();
+      fetch_->retry_after = Clock::now() + std::chrono::seconds(1);
+      errors_.fetch_add(1);
+    }
+    lk.lock();
+    if (failed) fetch_down_until_ = Clock::now() + std::chrono::seconds(1);
+    for (auto& [h, blob] : got) {
+      if (prefetched_.count(h)) continue;
+      prefetched_bytes_ += blob.size();
+      prefetched_order_.push_back(h);
+      prefetched_.emplace(h, std::move(blob));
+    }
+    while (prefetched_bytes_ > opt_.prefetch_bytes && !prefetched_order_.empty()) {
+      auto it = prefetched_.find(prefetched_order_.front());
+      prefetched_order_.pop_front();
+      if (it == prefetched_.end()) continue;
+      prefetched_bytes_ -= it->second.size();
+      prefetched_.erase(it);
+    }
+    fetch_pending_.erase(ticket);
+    fetched_cv_.notify_all();
+  }
 }
 
 std::string RedisKvTier::key(uint64_t hash) const {
@@ -116,6 +200,18 @@ bool RedisKvTier::get(uint64_t hash, std::string& out) {
     }
     return hit;
   };
+  {
+    // Fetched ahead: taken from what arrived (an empty entry: Redis did not hold it).
+    std::unique_lock lk(mu_);
+    auto it = prefetched_.find(hash);
+    if (it != prefetched_.end()) {
+      out = std::move(it->second);
+      prefetched_bytes_ -= out.size();
+      prefetched_.erase(it);
+      lk.unlock();
+      return count(!out.empty());
+    }
+  }
   if (!ensure(*read_)) return count(false);
   const std::string k = key(hash);
   auto* r = static_cast<redisReply*>(redisCommand(read_->c, "GET %b", k.data(), k.size()));

@@ -7,6 +7,8 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <set>
 
 #include "engine_test_util.h"
 #include "formats/error.h"
@@ -149,6 +151,78 @@ TEST(KvTier, FolderTierSurvivesARestartAndRefusesCorruptedPages) {
     EXPECT_NE(static_cast<m3::LocalKvTier*>(e.kv_tier())->folder(), folder);
     EXPECT_EQ(run(e, "t2", w.turn2, 8).cached, 0);
   }
+}
+
+// A shared tier that fetches ahead, under the test's control: what Redis does over the network.
+class FakeSharedTier : public m3::KvTier {
+ public:
+  explicit FakeSharedTier(std::map<uint64_t, std::string>& store) : store_(store) {}
+  const char* name() const override { return "fake-shared"; }
+  void put(uint64_t hash, std::string&& blob) override { store_[hash] = std::move(blob); }
+  bool get(uint64_t hash, std::string& out) override {
+    auto it = store_.find(hash);
+    if (it == store_.end()) return false;
+    out = it->second;
+    return true;
+  }
+  void erase(uint64_t hash) override { store_.erase(hash); }
+  m3::KvTierStats stats() const override { return {}; }
+  // Only a fetch that brings pages holds its request back (a round with nothing to bring ends at once).
+  bool prefetch(uint64_t ticket, const std::vector<uint64_t>& hashes) override {
+    bool any = false;
+    for (uint64_t h : hashes) any |= store_.count(h) > 0;
+    if (!any) return false;
+    ++prefetches;
+    pending.insert(ticket);
+    return true;
+  }
+  bool fetched(uint64_t ticket) override { return !hold || !pending.count(ticket); }
+  std::set<uint64_t> pending;
+  bool hold = false;  // fetches do not end until the test clears it
+  int prefetches = 0;
+
+ private:
+  std::map<uint64_t, std::string>& store_;
+};
+
+// Instance A computes a conversation's first turn (its pages go to the shared store as computed);
+// instance B continues it: the turn waits for its pages off the queue while another request runs to
+// completion, then loads them instead of recomputing, with the output of a run without any tier.
+TEST(KvTier, SharedTierFetchAheadLetsOthersRun) {
+  const Workload w;
+  const Turn ref = turn2_without_tier(w);
+  std::map<uint64_t, std::string> store;
+  {
+    m3::Engine a(model(), nullptr, small_pool(0));
+    a.set_shared_tier(std::make_unique<FakeSharedTier>(store), false);
+    run(a, "t1", w.turn1, 4);
+  }
+  ASSERT_GE(store.size(), 8u);  // the 8 prefix pages (and not the generated ones: save_decode off)
+  m3::Engine b(model(), nullptr, small_pool(0));
+  auto tier = std::make_unique<FakeSharedTier>(store);
+  FakeSharedTier* t = tier.get();
+  t->hold = true;
+  b.set_shared_tier(std::move(tier), false);
+  b.add_request("t2", w.turn2, greedy(8));
+  b.add_request("other", w.others[0], greedy(4));
+  std::map<std::string, Turn> got;
+  auto step = [&] {
+    for (auto& o : b.step()) {
+      auto& g = got[o.request_id];
+      g.tokens.insert(g.tokens.end(), o.new_tokens.begin(), o.new_tokens.end());
+      g.cached = o.num_cached_tokens;
+    }
+  };
+  for (int i = 0; i < 200 && got["other"].tokens.size() < 4; ++i) step();
+  EXPECT_EQ(got["other"].tokens.size(), 4u) << "the other request should run while t2 waits for its pages";
+  EXPECT_TRUE(got["t2"].tokens.empty()) << "t2 ran before its pages arrived";
+  EXPECT_GE(t->prefetches, 1);
+  t->hold = false;
+  for (int i = 0; i < 1000 && b.has_work(); ++i) step();
+  EXPECT_FALSE(b.has_work());
+  EXPECT_GE(got["t2"].cached, 128 * 9 / 10);
+  EXPECT_EQ(got["t2"].tokens, ref.tokens);
+  EXPECT_EQ(b.stats().free_pages, b.stats().total_pages);
 }
 
 TEST(KvTier, FlagErrors) {

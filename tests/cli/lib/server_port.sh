@@ -5,7 +5,8 @@ wait_server_port() {
   local log=$1 pid=$2
   PORT=""
   for _ in $(seq 1 600); do
-    PORT=$(sed -n 's/.*listening on http:\/\/127\.0\.0\.1:\([0-9]*\).*/\1/p' "$log" | head -1)
+    # The log may not exist yet (the server has not opened it): no port yet, not an error.
+    PORT=$(sed -n 's/.*listening on http:\/\/127\.0\.0\.1:\([0-9]*\).*/\1/p' "$log" 2>/dev/null | head -1 || true)
     [ -n "$PORT" ] && return 0
     kill -0 "$pid" 2>/dev/null || fail "server exited during start-up"
     sleep 0.1
