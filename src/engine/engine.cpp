@@ -146,9 +146,18 @@ class TierLoader : public PrefixLoader {
     return false;
   }
   // The asynchronous tiers (shared ones) fetch ahead; the local tiers answer at once.
+  // Each tier is asked only for the pages the tiers before it (the local ones) do not hold.
   bool prefetch(uint64_t ticket, const std::vector<uint64_t>& hashes) override {
     bool started = false;
-    for (KvTier* t : tiers_) started |= t->prefetch(ticket, hashes);
+    std::vector<uint64_t> rest = hashes, next;
+    for (KvTier* t : tiers_) {
+      if (rest.empty()) break;
+      started |= t->prefetch(ticket, rest);
+      next.clear();
+      for (uint64_t h : rest)
+        if (!t->holds(h)) next.push_back(h);
+      rest.swap(next);
+    }
     return started;
   }
   bool fetched(uint64_t ticket) override {

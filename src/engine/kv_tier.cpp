@@ -128,6 +128,11 @@ bool LocalKvTier::get(uint64_t hash, std::string& out) {
   return true;
 }
 
+bool LocalKvTier::holds(uint64_t hash) {
+  std::lock_guard lk(mu_);
+  return map_.count(hash) > 0;
+}
+
 void LocalKvTier::erase(uint64_t hash) {
   std::lock_guard lk(mu_);
   auto it = map_.find(hash);

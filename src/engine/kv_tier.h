@@ -42,6 +42,8 @@ class KvTier {
   // ticket), and get() then answers from what was fetched without a round trip. wait_fetch() waits a
   // little for any fetch to end. Local tiers answer at once and keep the defaults.
   virtual bool prefetch(uint64_t ticket, const std::vector<uint64_t>& hashes) { return false; }
+  // Whether the tier holds the page now, answered at once (local tiers; remote ones say false).
+  virtual bool holds(uint64_t hash) { return false; }
   virtual bool fetched(uint64_t ticket) { return true; }
   virtual void wait_fetch(std::chrono::milliseconds timeout) {}
 };
@@ -59,6 +61,7 @@ class LocalKvTier : public KvTier {
   bool get(uint64_t hash, std::string& out) override;
   void erase(uint64_t hash) override;
   KvTierStats stats() const override;
+  bool holds(uint64_t hash) override;
   // Waits until every page put so far is on disk (tests, shutdown).
   void flush();
   const std::string& folder() const { return dir_; }

@@ -4,7 +4,7 @@
 //
 // Writes go through a bounded queue to a writer thread with its own connection (pipelined SETs): a
 // step never waits on Redis to store. Reads are fetched ahead: when a request is first admitted, the
-// prefix pages the pool lacks are fetched by a third connection in one pipelined round (prefetch),
+// prefix pages the pool lacks are fetched by a third connection on its own thread (prefetch),
 // while the request waits off the queue and the others run; its lookups then answer from what
 // arrived. A lookup that was not fetched ahead is a GET on the engine thread, with a timeout. When Redis is unreachable or times out, lookups answer "not
 // here" at once for a second before reconnecting, and writes are dropped (counted): requests are
