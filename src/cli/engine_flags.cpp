@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "formats/error.h"
+#include "formats/json_flag.h"
 
 namespace m3::cli {
 
@@ -42,13 +43,7 @@ EngineConfig EngineFlags::resolve(std::vector<std::string>* ignored) const {
     throw Error("--enable-prefix-caching and --no-enable-prefix-caching contradict each other");
   c.enable_prefix_caching = !no_prefix_caching;
   if (!attention_config.empty()) {
-    nlohmann::json j;
-    try {
-      j = nlohmann::json::parse(attention_config);
-    } catch (const std::exception& e) {
-      throw Error(std::string("--attention-config: not valid JSON (") + e.what() + ")");
-    }
-    if (!j.is_object()) throw Error("--attention-config: expected a JSON object");
+    const nlohmann::json j = parse_json_flag(attention_config, "--attention-config");
     for (auto it = j.begin(); it != j.end(); ++it) {
       if (it.key() == "indexer_kv_dtype") {
         if (!it.value().is_string()) throw Error("--attention-config: indexer_kv_dtype must be a string");

@@ -5,20 +5,13 @@
 #include <cassert>
 #include <cstring>
 
+#include "engine/hash64.h"
+
 namespace m3 {
 
-namespace {
-inline uint64_t mix(uint64_t x) {  // splitmix64 finaliser
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-}  // namespace
-
 uint64_t hash_block(uint64_t parent, const int32_t* tokens, int n) {
-  uint64_t h = mix(parent ^ 0x6d3a5e1f00000000ull);
-  for (int i = 0; i < n; ++i) h = mix(h ^ uint64_t(uint32_t(tokens[i])) ^ (uint64_t(i) << 32));
+  uint64_t h = mix64(parent ^ 0x6d3a5e1f00000000ull);
+  for (int i = 0; i < n; ++i) h = mix64(h ^ uint64_t(uint32_t(tokens[i])) ^ (uint64_t(i) << 32));
   return h;
 }
 

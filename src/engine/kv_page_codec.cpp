@@ -4,6 +4,8 @@
 // then the draft pool's.
 #include "engine/kv_page_codec.h"
 
+#include "engine/hash64.h"
+
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
@@ -16,13 +18,6 @@ namespace {
 constexpr char kMagic[8] = {'M', '3', 'K', 'V', 'P', 'G', '0', '1'};
 constexpr size_t kFixed = 8 + 6 * 8;
 
-inline uint64_t mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
 void put64(std::string& s, uint64_t v) { s.append(reinterpret_cast<const char*>(&v), 8); }
 uint64_t get64(const char* p) {
   uint64_t v;
@@ -33,16 +28,16 @@ uint64_t get64(const char* p) {
 
 uint64_t checksum64(const void* data, size_t n) {
   const auto* p = static_cast<const uint8_t*>(data);
-  uint64_t h = mix(n);
+  uint64_t h = mix64(n);
   size_t i = 0;
   for (; i + 8 <= n; i += 8) {
     uint64_t w;
     std::memcpy(&w, p + i, 8);
-    h = mix(h ^ w);
+    h = mix64(h ^ w);
   }
   uint64_t tail = 0;
   std::memcpy(&tail, p + i, n - i);
-  return mix(h ^ tail ^ 0xa5a5a5a5ull);
+  return mix64(h ^ tail ^ 0xa5a5a5a5ull);
 }
 
 uint64_t model_layout_id(const std::string& dir, const std::string& extra) {
@@ -54,10 +49,10 @@ uint64_t model_layout_id(const std::string& dir, const std::string& extra) {
     f.read(buf.data(), std::streamsize(limit));
     buf.resize(size_t(f.gcount()));
     const std::string name = p.filename().string();
-    h = mix(h ^ checksum64(name.data(), name.size()));
+    h = mix64(h ^ checksum64(name.data(), name.size()));
     std::error_code ec;
-    h = mix(h ^ uint64_t(fs::file_size(p, ec)));
-    h = mix(h ^ checksum64(buf.data(), buf.size()));
+    h = mix64(h ^ uint64_t(fs::file_size(p, ec)));
+    h = mix64(h ^ checksum64(buf.data(), buf.size()));
   };
   add_file(fs::path(dir) / "config.json", size_t(1) << 20);
   std::vector<fs::path> shards;

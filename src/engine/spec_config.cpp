@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "formats/error.h"
+#include "formats/json_flag.h"
 
 namespace m3 {
 
@@ -36,13 +37,7 @@ std::string one_of(const json& o, const char* k, std::initializer_list<const cha
 SpeculativeConfig SpeculativeConfig::parse(const std::string& text) {
   SpeculativeConfig c;
   if (text.empty()) return c;
-  json o;
-  try {
-    o = json::parse(text);
-  } catch (const std::exception& e) {
-    throw Error(std::string("--speculative-config: not valid JSON (") + e.what() + ")");
-  }
-  if (!o.is_object()) throw Error("--speculative-config: expected a JSON object, got " + o.dump());
+  const json o = parse_json_flag(text, "--speculative-config");
   for (auto it = o.begin(); it != o.end(); ++it) {
     static const char* known[] = {"method", "model", "num_speculative_tokens", "draft_sample_method",
                                   "rejection_sample_method", "kv_cache_dtype", "attention_backend",

@@ -4,19 +4,14 @@
 #include <nlohmann/json.hpp>
 
 #include "formats/error.h"
+#include "formats/json_flag.h"
 
 namespace m3::events {
 
 KvEventsConfig KvEventsConfig::parse(const std::string& text) {
   KvEventsConfig c;
   if (text.empty()) return c;
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(text);
-  } catch (const std::exception& e) {
-    throw Error(std::string("--kv-events-config: not valid JSON (") + e.what() + ")");
-  }
-  if (!j.is_object()) throw Error("--kv-events-config: expected a JSON object");
+  const nlohmann::json j = parse_json_flag(text, "--kv-events-config");
   auto bad = [](const std::string& k, const char* want, const nlohmann::json& v) {
     return Error("--kv-events-config: " + k + " must be " + want + ", got " + v.dump());
   };

@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "formats/error.h"
+#include "formats/json_flag.h"
 
 namespace m3::store {
 
@@ -85,13 +86,7 @@ void connector(const json& c, const std::string& where, KvTransferConfig& out, b
 KvTransferConfig KvTransferConfig::parse(const std::string& text) {
   KvTransferConfig c;
   if (text.empty()) return c;
-  json j;
-  try {
-    j = json::parse(text);
-  } catch (const std::exception& e) {
-    throw Error(std::string("--kv-transfer-config: not valid JSON (") + e.what() + ")");
-  }
-  connector(j, "--kv-transfer-config", c, true);
+  connector(parse_json_flag(text, "--kv-transfer-config"), "--kv-transfer-config", c, true);
   // The shared tier cannot end one request on a failed load yet; it always recomputes.
   if (c.redis && c.load_failure_policy == "fail")
     throw Error("--kv-transfer-config: kv_load_failure_policy \"fail\" is not supported with RedisConnector yet "

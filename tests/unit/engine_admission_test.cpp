@@ -14,6 +14,7 @@
 namespace {
 
 using m3test::drain;
+using m3test::greedy;
 using m3test::random_tokens;
 
 m3::Model& golden_m3() {
@@ -25,14 +26,6 @@ struct Req {
   std::vector<int32_t> prompt;
   m3::SamplingParams p;
 };
-
-m3::SamplingParams greedy(int max_tokens) {
-  m3::SamplingParams p;
-  p.temperature = 0;
-  p.max_tokens = max_tokens;
-  p.ignore_eos = true;
-  return p;
-}
 
 // The pool of the report: --kv-cache-memory 0.004 = 27 pages, budget 256, 16 sequences.
 m3::EngineConfig tight() {

@@ -21,13 +21,7 @@ m3::Model& model() {
   return m;
 }
 
-m3::SamplingParams greedy(int n) {
-  m3::SamplingParams p;
-  p.temperature = 0;
-  p.max_tokens = n;
-  p.ignore_eos = true;
-  return p;
-}
+using m3test::greedy;
 
 m3::EngineConfig small_pool(double tier_gib, const std::string& dir = {}) {
   m3::EngineConfig c;

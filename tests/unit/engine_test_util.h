@@ -62,6 +62,15 @@ inline std::map<std::string, Finished> drain(m3::Engine& e) {
   return out;
 }
 
+// Greedy sampling of exactly max_tokens tokens (end-of-sequence ignored).
+inline m3::SamplingParams greedy(int max_tokens) {
+  m3::SamplingParams p;
+  p.temperature = 0;
+  p.max_tokens = max_tokens;
+  p.ignore_eos = true;
+  return p;
+}
+
 inline std::vector<int32_t> random_tokens(std::mt19937& rng, size_t n, int vocab) {
   std::vector<int32_t> t(n);
   for (auto& x : t) x = int32_t(rng() % uint32_t(vocab));

@@ -484,15 +484,8 @@ def read_stream_events(s, first_only=False):
     while f.readline() not in (b"\r\n", b""):
         pass
     events, buf = [], b""
-    while True:
-        size = f.readline()
-        if not size:
-            break
-        n = int(size.split(b";")[0], 16)
-        if n == 0:
-            break
-        buf += f.read(n)
-        f.readline()
+    for chunk in chunks(f):
+        buf += chunk
         while b"\n\n" in buf:
             ev, buf = buf.split(b"\n\n", 1)
             if ev.startswith(b"data: "):
@@ -502,18 +495,23 @@ def read_stream_events(s, first_only=False):
     return status, events, f
 
 
-def rest_events(f):
-    """The remaining data payloads of a chunked SSE response read with read_stream_events(first_only=True)."""
-    buf = b""
+def chunks(f):
+    """The chunks of a chunked HTTP body, up to the last (empty) one or the end of the connection."""
     while True:
         size = f.readline()
         if not size:
-            break
+            return
         n = int(size.split(b";")[0], 16)
         if n == 0:
-            break
-        buf += f.read(n)
-        f.readline()
+            return
+        data = f.read(n)
+        f.readline()  # the CRLF after the data, read before the chunk is handed out
+        yield data
+
+
+def rest_events(f):
+    """The remaining data payloads of a chunked SSE response read with read_stream_events(first_only=True)."""
+    buf = b"".join(chunks(f))
     return [e[6:].decode() for e in buf.split(b"\n\n") if e.startswith(b"data: ")]
 
 
