@@ -26,17 +26,6 @@ struct RooflineOptions {
   ModelOptions model;                     // as `serve --nvfp4-activations`
 };
 
-// Machine limits from the probes.
-struct MachineLimits {
-  double read_gbs = 0;   // GB/s (1e9 bytes/s), streaming read over a buffer >> caches
-  double fma_gflops = 0; // GFLOP/s (an FMA is 2 FLOPs), all threads
-  std::string isa;      // the probes' vector ISA: the widest this CPU has
-  int fma_lanes = 8;    // fp32 lanes per FMA of the FMA probe
-  int threads = 1;
-};
-
-MachineLimits measure_limits(double probe_mib, int threads);
-
 // Runs everything and prints the report to stdout.
 void run_roofline(const RooflineOptions& opt);
 
