@@ -8,7 +8,7 @@
 #include <string>
 
 #include "cli/commands.h"
-#include "model/make_model.h"
+#include "tools/make_model.h"
 
 namespace m3::cli {
 

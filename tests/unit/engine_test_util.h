@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "engine/engine.h"
-#include "model/make_model.h"
+#include "tools/make_model.h"
 
 namespace m3test {
 

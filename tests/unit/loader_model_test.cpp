@@ -12,7 +12,7 @@
 #include "formats/error.h"
 #include "formats/safetensors.h"
 #include "formats/safetensors_writer.h"
-#include "model/make_model.h"
+#include "tools/make_model.h"
 #include "model/model.h"
 
 namespace {

@@ -16,7 +16,7 @@
 #include "formats/error.h"
 #include "formats/safetensors.h"
 #include "formats/safetensors_writer.h"
-#include "model/make_model.h"
+#include "tools/make_model.h"
 
 namespace fs = std::filesystem;
 using m3::DType;

@@ -10,7 +10,7 @@
 #include <filesystem>
 #include <random>
 
-#include "model/make_model.h"
+#include "tools/make_model.h"
 #include "model/model.h"
 
 namespace {

@@ -1,7 +1,7 @@
 // Deterministic byte-level BPE trainer and HF tokenizer-file writer (see bpe_trainer.h).
 // Written for make-model: the goal is a small, valid, reproducible tokenizer, not a good one,
 // so training is the plain quadratic algorithm over a few kilobytes of built-in text.
-#include "tokenizer/bpe_trainer.h"
+#include "tools/bpe_trainer.h"
 
 #include <algorithm>
 #include <map>

@@ -2,7 +2,7 @@
 // Every tensor's values depend only on (seed, tensor name, row), so the output is independent of
 // thread count and of sharding; normals come from a hand-written Box-Muller transform because
 // std::normal_distribution is not specified bit-exactly across standard libraries.
-#include "model/make_model.h"
+#include "tools/make_model.h"
 
 #include <algorithm>
 #include <cmath>
@@ -19,7 +19,7 @@
 #include "formats/error.h"
 #include "formats/quantize.h"
 #include "formats/safetensors_writer.h"
-#include "tokenizer/bpe_trainer.h"
+#include "tools/bpe_trainer.h"
 
 namespace m3 {
 

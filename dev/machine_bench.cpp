@@ -1,5 +1,5 @@
-// Google Benchmark probes of the CPU itself (part of kernels_bench), behind the account in
-// docs/benchmarks.md (history, stops 35-36) of what bounds the one-token decode kernels:
+// Google Benchmark probes of the CPU itself (the `machine_bench` target; an experiment kept apart from the
+// product code), behind the account in docs/benchmarks.md of what bounds the one-token decode kernels:
 //  - BM_read_fma/F/cold/PF: a read loop with F independent vector FMAs per 64-byte line, all threads, over
 //    256 KiB per thread (in L2) or a 512 MiB buffer (from memory), on huge pages where the kernel offers them. Its in-cache rate is set by F; from
 //    memory it shows how much of the read bandwidth a core keeps while it also computes (F = 0: the
