@@ -8,6 +8,7 @@
 #include "server/errors.h"
 #include "server/openai_response.h"
 #include "server/request_fields.h"
+#include "server/sampling_fields.h"
 
 namespace m3::server {
 
@@ -19,35 +20,12 @@ const ojson* field(const ojson& b, const char* key) {
   return &*it;
 }
 
-std::optional<double> opt_num(const ojson& b, const char* key) {
-  const ojson* v = field(b, key);
-  if (!v) return std::nullopt;
-  if (!v->is_number()) throw bad_request(std::string("'") + key + "' must be a number", key);
-  return v->get<double>();
-}
+const FieldStyle kApi;
 
 std::optional<int64_t> opt_int(const ojson& b, const char* key) {
   const ojson* v = field(b, key);
   if (!v) return std::nullopt;
-  if (v->is_number_float()) {
-    const double d = v->get<double>();
-    if (d == std::floor(d) && std::abs(d) < 9e15) return int64_t(d);
-  }
-  if (!v->is_number_integer()) throw bad_request(std::string("'") + key + "' must be an integer", key);
-  // An unsigned value above 2^63 - 1 would wrap to a negative one.
-  if (v->is_number_unsigned() && v->get<uint64_t>() > uint64_t(INT64_MAX))
-    throw bad_request(std::string("'") + key + "' is out of range", key);
-  return v->get<int64_t>();
-}
-
-// A token id from a JSON array element: an integer in [0, 2^31), checked before narrowing (2^32 + 104
-// must not become 104).
-int32_t token_id(const ojson& x, const char* key, const char* what) {
-  if (!x.is_number_integer()) throw bad_request(what, key);
-  if (x.is_number_unsigned() ? x.get<uint64_t>() > uint64_t(INT32_MAX)
-                             : (x.get<int64_t>() < 0 || x.get<int64_t>() > INT32_MAX))
-    throw bad_request("token id " + x.dump() + " is outside the vocabulary", key);
-  return int32_t(x.get<int64_t>());
+  return read_integer(key, *v, kApi);
 }
 
 // Refuses fields that ask for what this build does not implement; logs unknown ones once.
@@ -59,8 +37,7 @@ void check_fields(const ojson& body, Endpoint ep, const char* endpoint) {
 std::optional<bool> opt_bool(const ojson& b, const char* key) {
   const ojson* v = field(b, key);
   if (!v) return std::nullopt;
-  if (!v->is_boolean()) throw bad_request(std::string("'") + key + "' must be a boolean", key);
-  return v->get<bool>();
+  return read_bool(key, *v, kApi);
 }
 
 std::optional<std::string> opt_str(const ojson& b, const char* key) {
@@ -79,47 +56,16 @@ const ojson* opt_obj(const ojson& b, const char* key) {
 // Sampling fields shared by both endpoints.
 void parse_sampling(const ojson& b, const ServerContext& ctx, ParsedRequest& r) {
   SamplingParams& p = r.params;
-  p.temperature = float(opt_num(b, "temperature").value_or(ctx.default_temperature));
-  p.top_p = float(opt_num(b, "top_p").value_or(ctx.default_top_p));
-  const int64_t top_k = opt_int(b, "top_k").value_or(ctx.default_top_k);
-  if (top_k < -1 || top_k > INT32_MAX) throw bad_request("'top_k' must be -1 (off) or positive", "top_k");
-  p.top_k = int(top_k);
-  p.min_p = float(opt_num(b, "min_p").value_or(ctx.default_min_p));
-  p.presence_penalty = float(opt_num(b, "presence_penalty").value_or(0.0));
-  p.frequency_penalty = float(opt_num(b, "frequency_penalty").value_or(0.0));
-  p.repetition_penalty = float(opt_num(b, "repetition_penalty").value_or(ctx.default_repetition_penalty));
-  if (p.temperature < 0 || p.temperature > 100) throw bad_request("'temperature' must be in [0, 100]", "temperature");
-  if (!(p.top_p > 0 && p.top_p <= 1)) throw bad_request("'top_p' must be in (0, 1]", "top_p");
-  if (p.top_k < -1) throw bad_request("'top_k' must be -1 (off) or positive", "top_k");
-  if (p.min_p < 0 || p.min_p > 1) throw bad_request("'min_p' must be in [0, 1]", "min_p");
-  if (std::abs(p.presence_penalty) > 2) throw bad_request("'presence_penalty' must be in [-2, 2]", "presence_penalty");
-  if (std::abs(p.frequency_penalty) > 2)
-    throw bad_request("'frequency_penalty' must be in [-2, 2]", "frequency_penalty");
-  if (p.repetition_penalty <= 0) throw bad_request("'repetition_penalty' must be > 0", "repetition_penalty");
-  if (auto s = opt_int(b, "seed")) {
-    p.has_seed = true;
-    p.seed = uint64_t(*s);
-  }
-  p.ignore_eos = opt_bool(b, "ignore_eos").value_or(false);
-  if (const ojson* st = field(b, "stop")) {
-    if (st->is_string()) {
-      p.stop.push_back(st->get<std::string>());
-    } else if (st->is_array()) {
-      for (auto& s : *st) {
-        if (!s.is_string()) throw bad_request("'stop' must be a string or a list of strings", "stop");
-        p.stop.push_back(s.get<std::string>());
-      }
-    } else {
-      throw bad_request("'stop' must be a string or a list of strings", "stop");
-    }
-    for (auto& s : p.stop)
-      if (s.empty()) throw bad_request("'stop' strings must not be empty", "stop");
-  }
-  if (const ojson* st = field(b, "stop_token_ids")) {
-    if (!st->is_array()) throw bad_request("'stop_token_ids' must be a list of integers", "stop_token_ids");
-    for (auto& s : *st) {
-      p.stop_token_ids.push_back(token_id(s, "stop_token_ids", "'stop_token_ids' must be a list of integers"));
-    }
+  // Defaults from generation_config.json (vLLM's behaviour), else OpenAI's.
+  p.temperature = ctx.default_temperature;
+  p.top_p = ctx.default_top_p;
+  p.top_k = ctx.default_top_k;
+  p.min_p = ctx.default_min_p;
+  p.repetition_penalty = ctx.default_repetition_penalty;
+  for (const std::string& k : sampling_field_names()) {
+    if (const ojson* v = field(b, k.c_str())) read_sampling_field(k, *v, p, kApi);
+    // The numbers' ranges are checked before seed and the stop fields are read.
+    if (k == "repetition_penalty") check_sampling_ranges(p);
   }
   const int64_t n = opt_int(b, "n").value_or(1);
   if (n < 1 || n > 128) throw bad_request("'n' must be in [1, 128]", "n");
@@ -397,7 +343,7 @@ ParsedRequest parse_completion_request(const ojson& body, const ServerContext& c
   const char* shape = "'prompt' must be a string, a list of token ids, or a list of either";
   auto add_ids = [&](const ojson& a) {
     std::vector<int32_t> ids;
-    for (auto& x : a) ids.push_back(token_id(x, "prompt", shape));
+    for (auto& x : a) ids.push_back(read_token_id("prompt", x, shape, kApi));
     for (int32_t id : ids)
       if (!ctx.tok->is_valid(id)) throw bad_request("token id " + std::to_string(id) + " is not valid", "prompt");
     r.prompt_texts.push_back(ctx.tok->decode(ids));
