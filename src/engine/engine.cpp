@@ -255,7 +255,11 @@ void Engine::add_request(const std::string& id, std::vector<int32_t> prompt, con
   s->params = params;
   if (!s->params.has_seed) s->params.seed = std::random_device{}() ^ (uint64_t(std::random_device{}()) << 32);
   s->sampler = Sampler(s->params);
-  if (tok_) s->detok = std::make_unique<IncrementalDetokenizer>(*tok_, true);
+  if (tok_) {
+    OutputOptions oo;  // special tokens skipped, text released at once, the stop string left out
+    oo.stop = s->params.stop;
+    s->text = std::make_unique<OutputProcessor>(tok_, std::move(oo));
+  }
   sched_->add(s.get());
   seqs_.emplace(id, std::move(s));
 }
@@ -290,11 +294,7 @@ bool Engine::abort(const std::string& id) {
 
 void Engine::finish(Sequence* s, FinishReason r, RequestOutput& out) {
   s->finish = r;
-  if (s->detok && r != FinishReason::Stop) {
-    const std::string rest = s->detok->flush();
-    s->text += rest;
-    out.new_text += rest;
-  }
+  if (s->text && r != FinishReason::Stop) out.new_text += s->text->finish(false);
   sched_->finish(s);
   out.finished = true;
   out.finish_reason = r;
@@ -304,24 +304,12 @@ void Engine::finish(Sequence* s, FinishReason r, RequestOutput& out) {
 bool Engine::check_stop(Sequence* s, RequestOutput& out) {
   const int32_t t = s->output.back();
   const SamplingParams& p = s->params;
-  if (s->detok) {
-    const size_t old = s->text.size();
-    std::string piece = s->detok->push(t);
-    std::string combined = s->text + piece;
-    size_t best = std::string::npos;
-    for (const auto& st : p.stop) {
-      const size_t from = old >= st.size() ? old - st.size() + 1 : 0;
-      const size_t at = combined.find(st, from);
-      if (at != std::string::npos) best = std::min(best, at);
-    }
-    if (best != std::string::npos) {
-      if (best > old) out.new_text += combined.substr(old, best - old);
-      s->text = combined.substr(0, best);
+  if (s->text) {
+    out.new_text += s->text->push_token(t);
+    if (s->text->stopped()) {
       finish(s, FinishReason::Stop, out);
       return true;
     }
-    s->text = std::move(combined);
-    out.new_text += piece;
   }
   if ((t == eos_ && !p.ignore_eos) ||
       std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), t) != p.stop_token_ids.end()) {

@@ -5,16 +5,26 @@
 
 namespace m3::server {
 
-ChoiceState::ChoiceState(const Tokenizer* tok, ChoiceOptions opt) : tok_(tok), opt_(std::move(opt)) {
-  const bool parsers = opt_.reasoning || opt_.tool;
-  if (tok_) detok_ = std::make_unique<IncrementalDetokenizer>(*tok_, parsers ? false : opt_.skip_special);
+namespace {
+// The parsers read special tokens (think and tool-call tags), so they are kept for them.
+OutputOptions text_options(const ChoiceOptions& o) {
+  OutputOptions t;
+  t.skip_special = o.reasoning || o.tool ? false : o.skip_special;
+  t.stop = o.stop;
+  t.include_stop_str = o.include_stop_str;
+  t.hold_back = true;
+  return t;
+}
+}  // namespace
+
+ChoiceState::ChoiceState(const Tokenizer* tok, ChoiceOptions opt)
+    : tok_(tok), opt_(std::move(opt)), text_(tok, text_options(opt_)) {
   if (opt_.reasoning) rp_ = std::make_unique<chat::ReasoningParser>(*opt_.reasoning, opt_.reasoning_start);
   if (opt_.tool) {
     chat::ToolParserOptions to;
     to.parallel_tool_calls = opt_.parallel_tool_calls;
     tp_ = std::make_unique<chat::ToolParser>(*opt_.tool, opt_.tools, to);
   }
-  for (auto& s : opt_.stop) max_stop_ = std::max(max_stop_, s.size());
   if (tp_ && !opt_.forced_tool_text.empty()) forced_deltas_ = tp_->feed(opt_.forced_tool_text).tool_calls;
 }
 
@@ -67,10 +77,10 @@ ChoiceDelta ChoiceState::on_output(const RequestOutput& out) {
       if (is_stop_id) stop_token = t;
       continue;  // the end token is not part of the text
     }
-    if (detok_ && tok_->is_valid(t)) text += detok_->push(t);
+    if (tok_ && tok_->is_valid(t)) text += text_.push_token(t);
   }
-  if (out.finished && detok_) text += detok_->flush();
-  ChoiceDelta d = on_text(text, out.finished, out.finish_reason, stop_token);
+  if (out.finished) text += text_.finish(true);
+  ChoiceDelta d = parse(std::move(text), out.finished, out.finish_reason, stop_token);
   d.tokens = out.new_tokens;
   d.logprobs = out.new_logprobs;
   logprobs.insert(logprobs.end(), out.new_logprobs.begin(), out.new_logprobs.end());
@@ -79,35 +89,12 @@ ChoiceDelta ChoiceState::on_output(const RequestOutput& out) {
 
 ChoiceDelta ChoiceState::on_text(std::string_view raw, bool fin, FinishReason reason,
                                  std::optional<int32_t> stop_token) {
+  return parse(text_.push_text(raw, fin), fin, reason, stop_token);
+}
+
+ChoiceDelta ChoiceState::parse(std::string feed, bool fin, FinishReason reason, std::optional<int32_t> stop_token) {
   ChoiceDelta d;
-  std::string feed;
-  if (!stopped_) {
-    pending_.append(raw);
-    if (!opt_.stop.empty()) {
-      size_t best = std::string::npos;
-      const std::string* which = nullptr;
-      for (auto& s : opt_.stop) {
-        const size_t pos = pending_.find(s);
-        if (pos != std::string::npos && pos < best) {
-          best = pos;
-          which = &s;
-        }
-      }
-      if (which) {
-        stopped_ = true;
-        stop_reason = *which;
-        pending_.resize(best + (opt_.include_stop_str ? which->size() : 0));
-      }
-    }
-    size_t cut = pending_.size();
-    if (!stopped_ && !fin && max_stop_ > 1) {
-      // Hold back what could still become a stop string, on a UTF-8 boundary.
-      cut = pending_.size() > max_stop_ - 1 ? pending_.size() - (max_stop_ - 1) : 0;
-      while (cut > 0 && (uint8_t(pending_[cut]) & 0xC0) == 0x80) --cut;
-    }
-    feed = pending_.substr(0, cut);
-    pending_.erase(0, cut);
-  }
+  if (const std::string* st = text_.stop_string()) stop_reason = *st;
   std::string content_piece;
   if (rp_) {
     chat::ReasoningDelta rd = rp_->feed(feed);

@@ -15,7 +15,7 @@
 #include "chat/reasoning_parser.h"
 #include "chat/tool_parser.h"
 #include "engine/engine.h"
-#include "tokenizer/incremental_detokenizer.h"
+#include "engine/output_processor.h"
 #include "tokenizer/tokenizer.h"
 
 namespace m3::server {
@@ -51,7 +51,7 @@ struct ChoiceDelta {
   bool empty() const { return content.empty() && reasoning.empty() && tool_calls.empty() && logprobs.empty(); }
 };
 
-// The state of one choice: detokenizer, stop strings, parsers, and the accumulated result.
+// The state of one choice: its text (OutputProcessor), parsers, and the accumulated result.
 class ChoiceState {
  public:
   ChoiceState(const Tokenizer* tok, ChoiceOptions opt);
@@ -74,16 +74,15 @@ class ChoiceState {
  private:
   const Tokenizer* tok_;
   ChoiceOptions opt_;
-  std::unique_ptr<IncrementalDetokenizer> detok_;
+  OutputProcessor text_;  // detokenisation and the client's stop strings
   std::unique_ptr<chat::ReasoningParser> rp_;
   std::unique_ptr<chat::ToolParser> tp_;
-  std::string pending_;
   std::vector<chat::ToolCallDelta> forced_deltas_;  // from forced_tool_text, sent with the first output
   std::map<int, int> call_index_;                   // parser index -> output index (-1: dropped name)
   std::vector<chat::ToolCallDelta> filter_calls(std::vector<chat::ToolCallDelta> in);
   bool name_allowed(const std::string& name) const;
-  bool stopped_ = false;
-  size_t max_stop_ = 0;
+  // Runs text released by text_ through the parsers into the choice.
+  ChoiceDelta parse(std::string feed, bool finished, FinishReason reason, std::optional<int32_t> stop_token);
 };
 
 }  // namespace m3::server
