@@ -17,7 +17,7 @@
 #include "formats/error.h"
 #include "kernels/cpu/dispatch.h"
 #include "model/model.h"
-#include "tokenizer/incremental_detokenizer.h"
+#include "engine/output_processor.h"
 #include "tokenizer/tokenizer.h"
 
 namespace m3::cli {
@@ -63,7 +63,9 @@ void run_single(Opts& o) {
   if (engine.speculative()) std::fprintf(stderr, "[m3serve] %s\n", engine.describe().c_str());
   SamplingParams sp = o.sp;
   engine.add_request("0", ids, sp);
-  IncrementalDetokenizer detok(tok, /*skip_special=*/false);
+  OutputOptions shown;  // special tokens printed, no stop strings (--prompt has none)
+  shown.skip_special = false;
+  OutputProcessor text(&tok, shown);
   size_t generated = 0;
   std::string finish = "length";
   const auto t0 = clock_type::now();
@@ -72,7 +74,7 @@ void run_single(Opts& o) {
     for (const RequestOutput& r : engine.step()) {
       if (generated == 0 && !r.new_tokens.empty()) t1 = clock_type::now();
       for (int32_t t : r.new_tokens) {
-        const std::string piece = detok.push(t);
+        const std::string piece = text.push_token(t);
         std::fwrite(piece.data(), 1, piece.size(), stdout);
       }
       std::fflush(stdout);
@@ -80,7 +82,7 @@ void run_single(Opts& o) {
       if (r.finished) finish = finish_reason_name(r.finish_reason);
     }
   }
-  const std::string rest = detok.flush();
+  const std::string rest = text.finish(false);
   std::fwrite(rest.data(), 1, rest.size(), stdout);
   std::fputc('\n', stdout);
   const auto t2 = clock_type::now();

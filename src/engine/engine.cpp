@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <filesystem>
 #include <fstream>
 #include <random>
 #include <sstream>
@@ -30,30 +29,8 @@ Engine::Engine(Model& model, const Tokenizer* tok, const EngineConfig& cfg) : mo
   ik_dtype_ = parse_kv_dtype(cfg.indexer_kv_dtype, "--attention-config indexer_kv_dtype");
   size_t page = KVPool::page_bytes(mc, block_size_, kv_dtype_, ik_dtype_);
   if (cfg.spec.enabled) {
-    const std::string dir = cfg.spec.model.empty() ? (std::filesystem::path(mc.dir) / "dspark").string() : cfg.spec.model;
-    if (!std::filesystem::exists(std::filesystem::path(dir) / "config.json"))
-      throw Error("--speculative-config method \"" + cfg.spec.method + "\" needs the draft model in " + dir +
-                  " (no config.json there); the checkpoint has no dspark/ folder, or pass \"model\": \"DIR\"");
-    draft_ = std::make_unique<DSparkDraft>(dir, model);
-    const DSparkConfig& dc = draft_->config();
-    if (cfg.spec.num_speculative_tokens > dc.block_size)
-      throw Error("--speculative-config num_speculative_tokens " + std::to_string(cfg.spec.num_speculative_tokens) +
-                  " exceeds the draft's dspark_block_size " + std::to_string(dc.block_size) + " (" + dir + "/config.json)");
-    draft_kv_dtype_ = cfg.spec.kv_cache_dtype.empty()
-                          ? kv_dtype_
-                          : parse_kv_dtype(cfg.spec.kv_cache_dtype, "--speculative-config kv_cache_dtype");
-    rejection_ = parse_rejection_method(cfg.spec.rejection_sample_method);
-    draft_greedy_ = cfg.spec.draft_sample_method == "greedy";
-    if (rejection_ == RejectionMethod::Synthetic)
-      // vLLM's meanings: rates are unconditional per position; a length resolves to the
-      // minimum-variance schedule.
-      synthetic_rates_ = !cfg.spec.synthetic_acceptance_rates.empty()
-                             ? synthetic_rates_from_unconditional(cfg.spec.synthetic_acceptance_rates)
-                             : synthetic_rates_min_variance(cfg.spec.synthetic_acceptance_length,
-                                                            cfg.spec.num_speculative_tokens);
-    model_.set_tap_layers(dc.target_layers);
-    page += KVPool::page_bytes(dc.kv_layout(), block_size_, draft_kv_dtype_, draft_kv_dtype_);
-    stats_.spec_accepted_per_pos.assign(size_t(cfg.spec.num_speculative_tokens), 0);
+    spec_ = std::make_unique<Speculator>(cfg.spec, model_, kv_dtype_);
+    page += spec_->page_bytes(block_size_);
   }
   if (cfg.num_pages > 0) {
     pool_pages_ = cfg.num_pages;
@@ -106,9 +83,7 @@ Engine::Engine(Model& model, const Tokenizer* tok, const EngineConfig& cfg) : mo
   }
   eos_ = mc.eos_id >= 0 ? mc.eos_id : (tok ? tok->eos_id() : -1);
   kv_ = std::make_unique<KVPool>(mc, block_size_, kv_dtype_, ik_dtype_, pool_pages_);
-  if (draft_)
-    draft_kv_ = std::make_unique<KVPool>(draft_->config().kv_layout(), block_size_, draft_kv_dtype_, draft_kv_dtype_,
-                                         pool_pages_);
+  if (spec_) spec_->make_pool(block_size_, pool_pages_);
   blocks_ = std::make_unique<BlockPool>(pool_pages_, block_size_, cfg.enable_prefix_caching);
   SchedulerConfig sc;
   sc.block_size = block_size_;
@@ -116,7 +91,7 @@ Engine::Engine(Model& model, const Tokenizer* tok, const EngineConfig& cfg) : mo
   sc.max_num_batched_tokens = cfg.max_num_batched_tokens;
   sc.long_prefill_token_threshold = cfg.long_prefill_token_threshold;
   sc.watermark = cfg.watermark;
-  sc.num_speculative_tokens = draft_ ? cfg.spec.num_speculative_tokens : 0;
+  sc.num_speculative_tokens = spec_ ? spec_->num_speculative_tokens() : 0;
   sc.max_model_len = max_model_len_;
   sched_ = std::make_unique<Scheduler>(sc, *blocks_);
   setup_tiers();
@@ -181,10 +156,8 @@ KvPageCodec& Engine::codec() {
   if (!codec_) {
     std::string extra = std::string("kv ") + kv_dtype_name(kv_dtype_) + " ik " + kv_dtype_name(ik_dtype_) +
                         " block " + std::to_string(block_size_);
-    if (draft_)
-      extra += " draft " + std::to_string(model_layout_id(draft_->config().dir, "")) + " " +
-               kv_dtype_name(draft_kv_dtype_);
-    codec_ = std::make_unique<KvPageCodec>(*kv_, draft_kv_.get(), model_layout_id(model_.config().dir, extra));
+    if (spec_) extra += spec_->layout_extra();
+    codec_ = std::make_unique<KvPageCodec>(*kv_, spec_ ? spec_->kv() : nullptr, model_layout_id(model_.config().dir, extra));
   }
   return *codec_;
 }
@@ -236,7 +209,7 @@ Engine::~Engine() = default;
 std::string Engine::describe() const {
   std::ostringstream o;
   size_t page = KVPool::page_bytes(model_.config(), block_size_, kv_dtype_, ik_dtype_);
-  if (draft_) page += KVPool::page_bytes(draft_->config().kv_layout(), block_size_, draft_kv_dtype_, draft_kv_dtype_);
+  if (spec_) page += spec_->page_bytes(block_size_);
   o << "KV cache: " << pool_pages_ << " pages x " << block_size_ << " tokens = " << capacity_tokens() << " tokens ("
     << double(page) * double(pool_pages_) / double(1ull << 30) << " GiB; kv " << kv_dtype_name(kv_dtype_)
     << ", index-K " << kv_dtype_name(ik_dtype_) << "), prefix caching " << (cfg_.enable_prefix_caching ? "on" : "off")
@@ -249,10 +222,7 @@ std::string Engine::describe() const {
     o << "; KV tier " << tier_->name() << " " << cfg_.kv_offloading_gib << " GiB ("
       << int64_t(cfg_.kv_offloading_gib * double(1ull << 30)) / int64_t(codec_->blob_bytes()) << " pages"
       << (cfg_.kv_offloading_dir.empty() ? "" : ", in " + static_cast<LocalKvTier*>(tier_.get())->folder()) << ")";
-  if (draft_)
-    o << "; " << cfg_.spec.describe() << "; draft " << draft_->config().dir << " (" << draft_->config().n_layers
-      << " layers, block " << draft_->config().block_size << ", KV " << kv_dtype_name(draft_kv_dtype_)
-      << " in the same pages)";
+  if (spec_) o << "; " << spec_->describe();
   return o.str();
 }
 
@@ -284,7 +254,11 @@ void Engine::add_request(const std::string& id, std::vector<int32_t> prompt, con
   s->params = params;
   if (!s->params.has_seed) s->params.seed = std::random_device{}() ^ (uint64_t(std::random_device{}()) << 32);
   s->sampler = Sampler(s->params);
-  if (tok_) s->detok = std::make_unique<IncrementalDetokenizer>(*tok_, true);
+  if (tok_) {
+    OutputOptions oo;  // special tokens skipped, text released at once, the stop string left out
+    oo.stop = s->params.stop;
+    s->text = std::make_unique<OutputProcessor>(tok_, std::move(oo));
+  }
   sched_->add(s.get());
   seqs_.emplace(id, std::move(s));
 }
@@ -319,11 +293,7 @@ bool Engine::abort(const std::string& id) {
 
 void Engine::finish(Sequence* s, FinishReason r, RequestOutput& out) {
   s->finish = r;
-  if (s->detok && r != FinishReason::Stop) {
-    const std::string rest = s->detok->flush();
-    s->text += rest;
-    out.new_text += rest;
-  }
+  if (s->text && r != FinishReason::Stop) out.new_text += s->text->finish(false);
   sched_->finish(s);
   out.finished = true;
   out.finish_reason = r;
@@ -333,24 +303,12 @@ void Engine::finish(Sequence* s, FinishReason r, RequestOutput& out) {
 bool Engine::check_stop(Sequence* s, RequestOutput& out) {
   const int32_t t = s->output.back();
   const SamplingParams& p = s->params;
-  if (s->detok) {
-    const size_t old = s->text.size();
-    std::string piece = s->detok->push(t);
-    std::string combined = s->text + piece;
-    size_t best = std::string::npos;
-    for (const auto& st : p.stop) {
-      const size_t from = old >= st.size() ? old - st.size() + 1 : 0;
-      const size_t at = combined.find(st, from);
-      if (at != std::string::npos) best = std::min(best, at);
-    }
-    if (best != std::string::npos) {
-      if (best > old) out.new_text += combined.substr(old, best - old);
-      s->text = combined.substr(0, best);
+  if (s->text) {
+    out.new_text += s->text->push_token(t);
+    if (s->text->stopped()) {
       finish(s, FinishReason::Stop, out);
       return true;
     }
-    s->text = std::move(combined);
-    out.new_text += piece;
   }
   if ((t == eos_ && !p.ignore_eos) ||
       std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), t) != p.stop_token_ids.end()) {
@@ -377,84 +335,6 @@ bool Engine::emit(Sequence* s, int32_t t, const float* logits, RequestOutput& ou
   return check_stop(s, out);
 }
 
-void Engine::draft_step(const std::vector<ScheduledChunk>& plan) {
-  const int64_t V = model_.config().vocab;
-  draft_queries_.clear();
-  draft_views_.resize(plan.size());
-  int kmax = 0;
-  for (size_t i = 0; i < plan.size(); ++i) {
-    const ScheduledChunk& c = plan[i];
-    if (!c.spec) continue;
-    draft_views_[i] = std::make_unique<PagedKV>(*draft_kv_, c.seq->blocks, c.start);
-    draft_queries_.push_back({draft_views_[i].get(), c.seq->token(c.start), c.start});
-    kmax = std::max(kmax, int(c.spec));
-  }
-  if (draft_queries_.empty()) return;
-  const size_t nq = draft_queries_.size();
-  if (draft_z_.size() < nq * size_t(kmax) * size_t(V)) draft_z_.resize(nq * size_t(kmax) * size_t(V));
-  draft_->propose(draft_queries_.data(), int(nq), kmax, draft_z_.data());
-  if (spec_drafts_.size() < plan.size()) spec_drafts_.resize(plan.size());
-  // Draft rows of chunk i in spec_q_ start at spec_qrow_[i].
-  spec_qrow_.resize(plan.size());
-  int64_t qrows = 0;
-  for (size_t i = 0; i < plan.size(); ++i) {
-    spec_qrow_[i] = qrows;
-    qrows += plan[i].spec;
-  }
-  if (spec_q_.size() < size_t(qrows * V)) spec_q_.resize(size_t(qrows * V));
-  size_t qi = 0;
-  int64_t qrow = 0;
-  for (size_t i = 0; i < plan.size(); ++i) {
-    const ScheduledChunk& c = plan[i];
-    if (!c.spec) continue;
-    Sequence* s = c.seq;
-    std::vector<int32_t>& d = spec_drafts_[i];
-    d.clear();
-    out_prefix_ = s->output;
-    int32_t prev = c.seq->token(c.start);
-    const bool greedy = draft_greedy_ || s->params.temperature <= 0.0f;
-    for (int64_t j = 0; j < c.spec; ++j, ++qrow) {
-      float* z = &draft_z_[(qi * size_t(kmax) + size_t(j)) * size_t(V)];
-      draft_->add_markov(prev, z);  // the Markov bias enters before the sampling transforms
-      float* q = &spec_q_[size_t(qrow * V)];
-      s->sampler.distribution(z, V, s->prompt, out_prefix_, q);
-      int32_t t;
-      if (greedy) {
-        // Argmax after the request's penalties; q becomes one-hot (already so at temperature 0).
-        t = int32_t(std::max_element(q, q + V) - q);
-        std::fill(q, q + V, 0.0f);
-        q[t] = 1.0f;
-      } else {
-        t = s->sampler.draw(q, V);
-      }
-      d.push_back(t);
-      out_prefix_.push_back(t);
-      prev = t;
-    }
-    ++qi;
-  }
-}
-
-VerifyOutcome Engine::verify(const ScheduledChunk& c, size_t ci, const float* logits) {
-  const int64_t V = model_.config().vocab;
-  Sequence* s = c.seq;
-  const std::vector<int32_t>& d = spec_drafts_[ci];
-  const int gamma = int(c.spec);
-  if (spec_p_.size() < size_t((gamma + 1) * V)) spec_p_.resize(size_t((gamma + 1) * V));
-  out_prefix_ = s->output;
-  for (int i = 0; i <= gamma; ++i) {
-    s->sampler.distribution(logits + int64_t(i) * V, V, s->prompt, out_prefix_, &spec_p_[size_t(i * V)]);
-    if (i < gamma) out_prefix_.push_back(d[size_t(i)]);
-  }
-  // The draft rows of this chunk in spec_q_ follow the rows of the chunks before it.
-  const int64_t qrow = spec_qrow_[ci];
-  VerifyInput in{gamma, V, d.data(), spec_p_.data(), &spec_q_[size_t(qrow * V)]};
-  if (rejection_ == RejectionMethod::Synthetic) return verify_synthetic(in, synthetic_rates_, s->sampler);
-  if (s->params.temperature <= 0.0f) return verify_greedy(in);
-  if (rejection_ == RejectionMethod::Block) return verify_block(in, s->sampler);
-  return verify_standard(in, s->sampler);
-}
-
 std::vector<RequestOutput> Engine::step() {
   std::vector<RequestOutput> outs;
   std::vector<ScheduledChunk> plan = sched_->schedule();
@@ -475,7 +355,7 @@ std::vector<RequestOutput> Engine::step() {
     return outs;
   }
   const int64_t V = model_.config().vocab;
-  if (draft_) draft_step(plan);
+  if (spec_) spec_->propose(plan);
   items_.resize(plan.size());
   views_.resize(plan.size());
   if (step_tokens_.size() < plan.size()) step_tokens_.resize(plan.size());
@@ -485,7 +365,7 @@ std::vector<RequestOutput> Engine::step() {
     const ScheduledChunk& c = plan[i];
     toks[i].resize(size_t(c.n + c.spec));
     for (int64_t j = 0; j < c.n; ++j) toks[i][size_t(j)] = c.seq->token(c.start + j);
-    for (int64_t j = 0; j < c.spec; ++j) toks[i][size_t(c.n + j)] = spec_drafts_[i][size_t(j)];
+    for (int64_t j = 0; j < c.spec; ++j) toks[i][size_t(c.n + j)] = spec_->drafts(i)[size_t(j)];
     views_[i] = std::make_unique<PagedKV>(*kv_, c.seq->blocks, c.start + c.n + c.spec);
     items_[i].kv = views_[i].get();
     items_[i].tokens = toks[i].data();
@@ -498,38 +378,19 @@ std::vector<RequestOutput> Engine::step() {
     if (c.start < int64_t(c.seq->prompt.size())) stats_.prompt_tokens_computed += std::min<int64_t>(c.n, int64_t(c.seq->prompt.size()) - c.start);
   }
   if (logits_.size() < size_t(nlogits * V)) logits_.resize(size_t(nlogits * V));
-  float* taps = nullptr;
-  if (draft_) {
-    const size_t need = size_t(nrows) * size_t(draft_->taps_width());
-    if (taps_.size() < need) taps_.resize(need);
-    taps = taps_.data();
-  }
-  model_.forward_batch(items_.data(), int(items_.size()), logits_.data(), AttentionPath::Sparse, taps);
+  model_.forward_batch(items_.data(), int(items_.size()), logits_.data(), AttentionPath::Sparse,
+                       spec_ ? spec_->taps(nrows) : nullptr);
   ++stats_.steps;
 
-  // Verification: how many of each speculative chunk's tokens are kept (anchor + accepted drafts).
-  std::vector<VerifyOutcome>& vo = verify_out_;
-  vo.assign(plan.size(), VerifyOutcome{0, -1});
-  {
+  if (spec_) {
+    // How many of each speculative chunk's tokens are kept (anchor + accepted drafts); the draft
+    // learns the context of exactly those.
     int64_t lrow = 0;
     for (size_t i = 0; i < plan.size(); ++i) {
-      if (plan[i].spec) vo[i] = verify(plan[i], i, logits_.data() + lrow * V);
+      if (plan[i].spec) spec_->verify(plan[i], i, logits_.data() + lrow * V);
       lrow += items_[i].n - items_[i].logits_from;
     }
-  }
-  // Draft context: every token the target processed and keeps.
-  if (draft_) {
-    ctx_rows_.clear();
-    draft_views_.resize(plan.size());
-    int64_t trow = 0;
-    for (size_t i = 0; i < plan.size(); ++i) {
-      const ScheduledChunk& c = plan[i];
-      const int64_t keep = c.spec ? 1 + vo[i].accepted : c.n;
-      draft_views_[i] = std::make_unique<PagedKV>(*draft_kv_, c.seq->blocks, c.start + keep);
-      ctx_rows_.push_back({draft_views_[i].get(), taps + trow * draft_->taps_width(), c.start, keep});
-      trow += items_[i].n;
-    }
-    draft_->write_context(ctx_rows_.data(), int(ctx_rows_.size()));
+    spec_->keep_accepted(plan);
   }
   // The anchor is committed now; accepted drafts once they are in the sequence (below). Rejected
   // drafts' K/V (and index keys) stay beyond num_computed and are overwritten later.
@@ -549,12 +410,9 @@ std::vector<RequestOutput> Engine::step() {
     out.num_cached_tokens = s->num_cached_tokens;
     bool finished = false;
     if (c.spec) {
-      const VerifyOutcome& v = vo[i];
-      ++stats_.spec_drafts;
-      stats_.spec_draft_tokens += c.spec;
-      stats_.spec_accepted_tokens += v.accepted;
-      for (int j = 0; j < v.accepted; ++j) ++stats_.spec_accepted_per_pos[size_t(j)];
-      for (int j = 0; j < v.accepted && !finished; ++j) finished = emit(s, spec_drafts_[i][size_t(j)], rows + int64_t(j) * V, out);
+      const VerifyOutcome& v = spec_->outcome(i);
+      spec_->count(c, v);
+      for (int j = 0; j < v.accepted && !finished; ++j) finished = emit(s, spec_->drafts(i)[size_t(j)], rows + int64_t(j) * V, out);
       if (!finished) finished = emit(s, v.next, rows + int64_t(v.accepted) * V, out);
     } else {
       const int32_t t = s->sampler.sample(rows, V, s->prompt, s->output, nullptr);
@@ -562,9 +420,9 @@ std::vector<RequestOutput> Engine::step() {
     }
     if (finished) {
       done.push_back(s->request_id);
-    } else if (c.spec && vo[i].accepted > 0) {
+    } else if (c.spec && spec_->outcome(i).accepted > 0) {
       accepted_chunks_.clear();
-      accepted_chunks_.push_back({s, c.start + 1, vo[i].accepted, false, 0});
+      accepted_chunks_.push_back({s, c.start + 1, spec_->outcome(i).accepted, false, 0});
       sched_->commit(accepted_chunks_);
     }
     outs.push_back(std::move(out));
@@ -574,21 +432,11 @@ std::vector<RequestOutput> Engine::step() {
   return outs;
 }
 
-std::string Engine::spec_summary() const {
-  std::ostringstream o;
-  const EngineStats& st = stats_;
-  o << "speculative: " << st.spec_drafts << " drafts, " << st.spec_draft_tokens << " draft tokens, "
-    << st.spec_accepted_tokens << " accepted; acceptance length "
-    << (st.spec_drafts ? 1.0 + double(st.spec_accepted_tokens) / double(st.spec_drafts) : 0.0)
-    << "; acceptance rate per position [";
-  for (size_t i = 0; i < st.spec_accepted_per_pos.size(); ++i)
-    o << (i ? ", " : "") << (st.spec_drafts ? double(st.spec_accepted_per_pos[i]) / double(st.spec_drafts) : 0.0);
-  o << "]";
-  return o.str();
-}
+std::string Engine::spec_summary() const { return m3::spec_summary(stats()); }
 
 EngineStats Engine::stats() const {
   EngineStats s = stats_;
+  if (spec_) spec_->fill_stats(s);
   s.prefix_queries = sched_->stats().prefix_queries;
   s.prefix_hits = sched_->stats().prefix_hits;
   s.preemptions = sched_->stats().preemptions;

@@ -20,8 +20,7 @@
 #include "engine/scheduler.h"
 #include "engine/sequence.h"
 #include "engine/spec_config.h"
-#include "engine/spec_verify.h"
-#include "model/dspark.h"
+#include "engine/speculator.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
 
@@ -124,7 +123,7 @@ class Engine {
   // Identity of the model and cache layout that stored pages carry (keys of a shared tier).
   uint64_t kv_layout_id() { return codec().layout_id(); }
   size_t kv_page_blob_bytes() { return codec().blob_bytes(); }
-  bool speculative() const { return draft_ != nullptr; }
+  bool speculative() const { return spec_ != nullptr; }
   // "drafts N, draft tokens N, accepted N, acceptance length X, per position [..]".
   std::string spec_summary() const;
 
@@ -137,10 +136,6 @@ class Engine {
   bool check_stop(Sequence* s, RequestOutput& out);
   // Emits token t for s (logprobs from `logits`, the raw target row); true when s finished.
   bool emit(Sequence* s, int32_t t, const float* logits, RequestOutput& out);
-  // Drafts for every speculative chunk of the plan (fills spec_drafts_ / spec_q_).
-  void draft_step(const std::vector<ScheduledChunk>& plan);
-  // Verifies chunk c (target logits rows [0, 1 + c.spec)); returns accepted drafts and the next token.
-  VerifyOutcome verify(const ScheduledChunk& c, size_t ci, const float* logits);
 
   Model& model_;
   const Tokenizer* tok_;
@@ -170,23 +165,8 @@ class Engine {
   std::string blob_, shared_blob_;  // scratch for one page
   std::vector<KvCacheEvent> kv_events_;  // this step's, recorded by the block pool while a sink is set
 
-  // DSpark (null when speculative decoding is off). The draft's K/V live in a second pool indexed
-  // by the same page ids, so prefix caching, preemption and rollback treat them like the target's.
-  std::unique_ptr<DSparkDraft> draft_;
-  std::unique_ptr<KVPool> draft_kv_;
-  KVDtype draft_kv_dtype_ = KVDtype::BF16;
-  RejectionMethod rejection_ = RejectionMethod::Standard;
-  bool draft_greedy_ = false;
-  std::vector<double> synthetic_rates_;
-  std::vector<float> taps_, draft_z_, spec_q_, spec_p_;
-  std::vector<std::vector<int32_t>> spec_drafts_;  // per chunk
-  std::vector<int32_t> out_prefix_;
-  std::vector<int64_t> spec_qrow_;      // first row of each chunk's draft distributions in spec_q_
-  std::vector<VerifyOutcome> verify_out_;
+  std::unique_ptr<Speculator> spec_;  // null when speculative decoding is off
   std::vector<ScheduledChunk> accepted_chunks_;
-  std::vector<DraftQuery> draft_queries_;
-  std::vector<DraftContextRows> ctx_rows_;
-  std::vector<std::unique_ptr<PagedKV>> draft_views_;
 };
 
 }  // namespace m3

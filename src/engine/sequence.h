@@ -1,5 +1,5 @@
 // Sequence: the engine's state for one request: its tokens (prompt + output), its pages (block
-// table), how many tokens already have KV in the cache, its sampler and its stop-string text.
+// table), how many tokens already have KV in the cache, its sampler and its output text.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "engine/sampler.h"
-#include "tokenizer/incremental_detokenizer.h"
+#include "engine/output_processor.h"
 
 namespace m3 {
 
@@ -33,9 +33,8 @@ struct Sequence {
   enum class Status { Waiting, Running, Finished } status = Status::Waiting;
   FinishReason finish = FinishReason::None;
 
-  // Output text (special tokens skipped) for stop strings; `text` excludes a matched stop string.
-  std::unique_ptr<IncrementalDetokenizer> detok;
-  std::string text;
+  // Output text (special tokens skipped) for stop strings; null without a tokenizer.
+  std::unique_ptr<OutputProcessor> text;
   std::vector<TokenLogprob> logprobs;
 
   int64_t num_tokens() const { return int64_t(prompt.size() + output.size()); }

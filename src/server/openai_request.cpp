@@ -1,13 +1,14 @@
-// Request validation and response building for the OpenAI-compatible endpoints (see openai_protocol.h).
-#include "server/openai_protocol.h"
+// Request validation for the OpenAI-compatible endpoints (see openai_request.h).
+#include "server/openai_request.h"
 
 #include <algorithm>
 #include <cmath>
-#include <random>
 
 #include "formats/error.h"
 #include "server/errors.h"
+#include "server/openai_response.h"
 #include "server/request_fields.h"
+#include "server/sampling_fields.h"
 
 namespace m3::server {
 
@@ -19,35 +20,12 @@ const ojson* field(const ojson& b, const char* key) {
   return &*it;
 }
 
-std::optional<double> opt_num(const ojson& b, const char* key) {
-  const ojson* v = field(b, key);
-  if (!v) return std::nullopt;
-  if (!v->is_number()) throw bad_request(std::string("'") + key + "' must be a number", key);
-  return v->get<double>();
-}
+const FieldStyle kApi;
 
 std::optional<int64_t> opt_int(const ojson& b, const char* key) {
   const ojson* v = field(b, key);
   if (!v) return std::nullopt;
-  if (v->is_number_float()) {
-    const double d = v->get<double>();
-    if (d == std::floor(d) && std::abs(d) < 9e15) return int64_t(d);
-  }
-  if (!v->is_number_integer()) throw bad_request(std::string("'") + key + "' must be an integer", key);
-  // An unsigned value above 2^63 - 1 would wrap to a negative one.
-  if (v->is_number_unsigned() && v->get<uint64_t>() > uint64_t(INT64_MAX))
-    throw bad_request(std::string("'") + key + "' is out of range", key);
-  return v->get<int64_t>();
-}
-
-// A token id from a JSON array element: an integer in [0, 2^31), checked before narrowing (2^32 + 104
-// must not become 104).
-int32_t token_id(const ojson& x, const char* key, const char* what) {
-  if (!x.is_number_integer()) throw bad_request(what, key);
-  if (x.is_number_unsigned() ? x.get<uint64_t>() > uint64_t(INT32_MAX)
-                             : (x.get<int64_t>() < 0 || x.get<int64_t>() > INT32_MAX))
-    throw bad_request("token id " + x.dump() + " is outside the vocabulary", key);
-  return int32_t(x.get<int64_t>());
+  return read_integer(key, *v, kApi);
 }
 
 // Refuses fields that ask for what this build does not implement; logs unknown ones once.
@@ -59,8 +37,7 @@ void check_fields(const ojson& body, Endpoint ep, const char* endpoint) {
 std::optional<bool> opt_bool(const ojson& b, const char* key) {
   const ojson* v = field(b, key);
   if (!v) return std::nullopt;
-  if (!v->is_boolean()) throw bad_request(std::string("'") + key + "' must be a boolean", key);
-  return v->get<bool>();
+  return read_bool(key, *v, kApi);
 }
 
 std::optional<std::string> opt_str(const ojson& b, const char* key) {
@@ -79,47 +56,16 @@ const ojson* opt_obj(const ojson& b, const char* key) {
 // Sampling fields shared by both endpoints.
 void parse_sampling(const ojson& b, const ServerContext& ctx, ParsedRequest& r) {
   SamplingParams& p = r.params;
-  p.temperature = float(opt_num(b, "temperature").value_or(ctx.default_temperature));
-  p.top_p = float(opt_num(b, "top_p").value_or(ctx.default_top_p));
-  const int64_t top_k = opt_int(b, "top_k").value_or(ctx.default_top_k);
-  if (top_k < -1 || top_k > INT32_MAX) throw bad_request("'top_k' must be -1 (off) or positive", "top_k");
-  p.top_k = int(top_k);
-  p.min_p = float(opt_num(b, "min_p").value_or(ctx.default_min_p));
-  p.presence_penalty = float(opt_num(b, "presence_penalty").value_or(0.0));
-  p.frequency_penalty = float(opt_num(b, "frequency_penalty").value_or(0.0));
-  p.repetition_penalty = float(opt_num(b, "repetition_penalty").value_or(ctx.default_repetition_penalty));
-  if (p.temperature < 0 || p.temperature > 100) throw bad_request("'temperature' must be in [0, 100]", "temperature");
-  if (!(p.top_p > 0 && p.top_p <= 1)) throw bad_request("'top_p' must be in (0, 1]", "top_p");
-  if (p.top_k < -1) throw bad_request("'top_k' must be -1 (off) or positive", "top_k");
-  if (p.min_p < 0 || p.min_p > 1) throw bad_request("'min_p' must be in [0, 1]", "min_p");
-  if (std::abs(p.presence_penalty) > 2) throw bad_request("'presence_penalty' must be in [-2, 2]", "presence_penalty");
-  if (std::abs(p.frequency_penalty) > 2)
-    throw bad_request("'frequency_penalty' must be in [-2, 2]", "frequency_penalty");
-  if (p.repetition_penalty <= 0) throw bad_request("'repetition_penalty' must be > 0", "repetition_penalty");
-  if (auto s = opt_int(b, "seed")) {
-    p.has_seed = true;
-    p.seed = uint64_t(*s);
-  }
-  p.ignore_eos = opt_bool(b, "ignore_eos").value_or(false);
-  if (const ojson* st = field(b, "stop")) {
-    if (st->is_string()) {
-      p.stop.push_back(st->get<std::string>());
-    } else if (st->is_array()) {
-      for (auto& s : *st) {
-        if (!s.is_string()) throw bad_request("'stop' must be a string or a list of strings", "stop");
-        p.stop.push_back(s.get<std::string>());
-      }
-    } else {
-      throw bad_request("'stop' must be a string or a list of strings", "stop");
-    }
-    for (auto& s : p.stop)
-      if (s.empty()) throw bad_request("'stop' strings must not be empty", "stop");
-  }
-  if (const ojson* st = field(b, "stop_token_ids")) {
-    if (!st->is_array()) throw bad_request("'stop_token_ids' must be a list of integers", "stop_token_ids");
-    for (auto& s : *st) {
-      p.stop_token_ids.push_back(token_id(s, "stop_token_ids", "'stop_token_ids' must be a list of integers"));
-    }
+  // Defaults from generation_config.json (vLLM's behaviour), else OpenAI's.
+  p.temperature = ctx.default_temperature;
+  p.top_p = ctx.default_top_p;
+  p.top_k = ctx.default_top_k;
+  p.min_p = ctx.default_min_p;
+  p.repetition_penalty = ctx.default_repetition_penalty;
+  for (const std::string& k : sampling_field_names()) {
+    if (const ojson* v = field(b, k.c_str())) read_sampling_field(k, *v, p, kApi);
+    // The numbers' ranges are checked before seed and the stop fields are read.
+    if (k == "repetition_penalty") check_sampling_ranges(p);
   }
   const int64_t n = opt_int(b, "n").value_or(1);
   if (n < 1 || n > 128) throw bad_request("'n' must be in [1, 128]", "n");
@@ -397,7 +343,7 @@ ParsedRequest parse_completion_request(const ojson& body, const ServerContext& c
   const char* shape = "'prompt' must be a string, a list of token ids, or a list of either";
   auto add_ids = [&](const ojson& a) {
     std::vector<int32_t> ids;
-    for (auto& x : a) ids.push_back(token_id(x, "prompt", shape));
+    for (auto& x : a) ids.push_back(read_token_id("prompt", x, shape, kApi));
     for (int32_t id : ids)
       if (!ctx.tok->is_valid(id)) throw bad_request("token id " + std::to_string(id) + " is not valid", "prompt");
     r.prompt_texts.push_back(ctx.tok->decode(ids));
@@ -429,275 +375,5 @@ ParsedRequest parse_completion_request(const ojson& body, const ServerContext& c
   finish_limits(body, ctx, r, 16);
   return r;
 }
-
-// ---------------------------------------------------------------------------------------------
-
-ChoiceState::ChoiceState(const Tokenizer* tok, ChoiceOptions opt) : tok_(tok), opt_(std::move(opt)) {
-  const bool parsers = opt_.reasoning || opt_.tool;
-  if (tok_) detok_ = std::make_unique<IncrementalDetokenizer>(*tok_, parsers ? false : opt_.skip_special);
-  if (opt_.reasoning) rp_ = std::make_unique<chat::ReasoningParser>(*opt_.reasoning, opt_.reasoning_start);
-  if (opt_.tool) {
-    chat::ToolParserOptions to;
-    to.parallel_tool_calls = opt_.parallel_tool_calls;
-    tp_ = std::make_unique<chat::ToolParser>(*opt_.tool, opt_.tools, to);
-  }
-  for (auto& s : opt_.stop) max_stop_ = std::max(max_stop_, s.size());
-  if (tp_ && !opt_.forced_tool_text.empty()) forced_deltas_ = tp_->feed(opt_.forced_tool_text).tool_calls;
-}
-
-bool ChoiceState::name_allowed(const std::string& name) const {
-  return opt_.allowed_tool_names.empty() ||
-         std::find(opt_.allowed_tool_names.begin(), opt_.allowed_tool_names.end(), name) !=
-             opt_.allowed_tool_names.end();
-}
-
-// Drops deltas of calls whose name is not allowed and renumbers the rest densely, so streamed
-// indices match the positions in tool_calls().
-std::vector<chat::ToolCallDelta> ChoiceState::filter_calls(std::vector<chat::ToolCallDelta> in) {
-  std::vector<chat::ToolCallDelta> out;
-  for (auto& d : in) {
-    auto it = call_index_.find(d.index);
-    if (it == call_index_.end()) {
-      int next = 0;
-      for (auto& [k, v] : call_index_) next += v >= 0;
-      const bool ok = !d.name || name_allowed(*d.name);
-      it = call_index_.emplace(d.index, ok ? next : -1).first;
-    }
-    if (it->second < 0) continue;
-    d.index = it->second;
-    out.push_back(std::move(d));
-  }
-  return out;
-}
-
-std::vector<chat::ToolCall> ChoiceState::tool_calls() const {
-  std::vector<chat::ToolCall> out;
-  if (!tp_) return out;
-  for (auto& c : tp_->calls())
-    if (name_allowed(c.name)) out.push_back(c);
-  return out;
-}
-
-ChoiceDelta ChoiceState::on_output(const RequestOutput& out) {
-  prompt_tokens = out.num_prompt_tokens;
-  cached_tokens = out.num_cached_tokens;
-  std::string text;
-  std::optional<int32_t> stop_token;
-  const size_t n = out.new_tokens.size();
-  for (size_t i = 0; i < n; ++i) {
-    const int32_t t = out.new_tokens[i];
-    tokens.push_back(t);
-    const bool is_stop_id = std::find(opt_.stop_token_ids.begin(), opt_.stop_token_ids.end(), t) !=
-                            opt_.stop_token_ids.end();
-    if (out.finished && out.finish_reason == FinishReason::Stop && i + 1 == n &&
-        (is_stop_id || t == opt_.eos_id)) {
-      if (is_stop_id) stop_token = t;
-      continue;  // the end token is not part of the text
-    }
-    if (detok_ && tok_->is_valid(t)) text += detok_->push(t);
-  }
-  if (out.finished && detok_) text += detok_->flush();
-  ChoiceDelta d = on_text(text, out.finished, out.finish_reason, stop_token);
-  d.tokens = out.new_tokens;
-  d.logprobs = out.new_logprobs;
-  logprobs.insert(logprobs.end(), out.new_logprobs.begin(), out.new_logprobs.end());
-  return d;
-}
-
-ChoiceDelta ChoiceState::on_text(std::string_view raw, bool fin, FinishReason reason,
-                                 std::optional<int32_t> stop_token) {
-  ChoiceDelta d;
-  std::string feed;
-  if (!stopped_) {
-    pending_.append(raw);
-    if (!opt_.stop.empty()) {
-      size_t best = std::string::npos;
-      const std::string* which = nullptr;
-      for (auto& s : opt_.stop) {
-        const size_t pos = pending_.find(s);
-        if (pos != std::string::npos && pos < best) {
-          best = pos;
-          which = &s;
-        }
-      }
-      if (which) {
-        stopped_ = true;
-        stop_reason = *which;
-        pending_.resize(best + (opt_.include_stop_str ? which->size() : 0));
-      }
-    }
-    size_t cut = pending_.size();
-    if (!stopped_ && !fin && max_stop_ > 1) {
-      // Hold back what could still become a stop string, on a UTF-8 boundary.
-      cut = pending_.size() > max_stop_ - 1 ? pending_.size() - (max_stop_ - 1) : 0;
-      while (cut > 0 && (uint8_t(pending_[cut]) & 0xC0) == 0x80) --cut;
-    }
-    feed = pending_.substr(0, cut);
-    pending_.erase(0, cut);
-  }
-  std::string content_piece;
-  if (rp_) {
-    chat::ReasoningDelta rd = rp_->feed(feed);
-    if (fin) {
-      chat::ReasoningDelta r2 = rp_->finish();
-      rd.reasoning += r2.reasoning;
-      rd.content += r2.content;
-    }
-    d.reasoning = std::move(rd.reasoning);
-    content_piece = std::move(rd.content);
-  } else {
-    content_piece = std::move(feed);
-  }
-  if (tp_) {
-    chat::ToolStreamDelta td = tp_->feed(content_piece);
-    if (fin) {
-      chat::ToolStreamDelta t2 = tp_->finish();
-      td.content += t2.content;
-      td.tool_calls.insert(td.tool_calls.end(), t2.tool_calls.begin(), t2.tool_calls.end());
-    }
-    d.content = std::move(td.content);
-    if (!forced_deltas_.empty()) {
-      td.tool_calls.insert(td.tool_calls.begin(), forced_deltas_.begin(), forced_deltas_.end());
-      forced_deltas_.clear();
-    }
-    d.tool_calls = filter_calls(std::move(td.tool_calls));
-  } else {
-    d.content = std::move(content_piece);
-  }
-  content += d.content;
-  reasoning += d.reasoning;
-  if (fin) {
-    finished = d.finished = true;
-    switch (reason) {
-      case FinishReason::Length: finish_reason = "length"; break;
-      case FinishReason::Abort: finish_reason = "abort"; break;
-      default:
-        finish_reason = !tool_calls().empty() ? "tool_calls" : "stop";
-        if (stop_token) stop_reason = *stop_token;
-        break;
-    }
-  }
-  return d;
-}
-
-// ---------------------------------------------------------------------------------------------
-
-ojson usage_json(int64_t prompt_tokens, int64_t completion_tokens, int64_t cached_tokens) {
-  ojson u;
-  u["prompt_tokens"] = prompt_tokens;
-  u["completion_tokens"] = completion_tokens;
-  u["total_tokens"] = prompt_tokens + completion_tokens;
-  u["prompt_tokens_details"] = {{"cached_tokens", cached_tokens}};
-  return u;
-}
-
-ojson chat_message_json(const ChoiceState& c) {
-  ojson m;
-  m["role"] = "assistant";
-  const auto calls = c.tool_calls();
-  const bool null_content = c.content.empty() && (!calls.empty() || !c.reasoning.empty());
-  m["content"] = null_content ? ojson(nullptr) : ojson(c.content);
-  if (c.has_reasoning_parser()) {
-    m["reasoning"] = c.reasoning.empty() ? ojson(nullptr) : ojson(c.reasoning);
-    m["reasoning_content"] = m["reasoning"];
-  }
-  ojson tc = ojson::array();
-  for (auto& call : calls) {
-    ojson t;
-    t["id"] = call.id;
-    t["type"] = "function";
-    t["function"] = {{"name", call.name}, {"arguments", call.arguments}};
-    tc.push_back(t);
-  }
-  m["tool_calls"] = tc;
-  return m;
-}
-
-ojson chat_delta_json(const ChoiceDelta& d) {
-  ojson j = ojson::object();
-  if (!d.reasoning.empty()) {
-    j["reasoning"] = d.reasoning;
-    j["reasoning_content"] = d.reasoning;
-  }
-  if (!d.content.empty()) j["content"] = d.content;
-  if (!d.tool_calls.empty()) {
-    ojson arr = ojson::array();
-    for (auto& t : d.tool_calls) {
-      ojson x;
-      x["index"] = t.index;
-      if (t.id) {
-        x["id"] = *t.id;
-        x["type"] = "function";
-      }
-      ojson f = ojson::object();
-      if (t.name) f["name"] = *t.name;
-      f["arguments"] = t.arguments;
-      x["function"] = f;
-      arr.push_back(x);
-    }
-    j["tool_calls"] = arr;
-  }
-  return j;
-}
-
-namespace {
-ojson bytes_array(const std::string& s) {
-  ojson a = ojson::array();
-  for (unsigned char ch : s) a.push_back(int(ch));
-  return a;
-}
-std::string token_text(const Tokenizer& tok, int32_t id) {
-  return tok.is_valid(id) ? tok.token_bytes(id) : std::string();
-}
-}  // namespace
-
-ojson chat_logprobs_json(const Tokenizer& tok, const std::vector<TokenLogprob>& lps) {
-  ojson content = ojson::array();
-  for (auto& lp : lps) {
-    ojson e;
-    const std::string t = token_text(tok, lp.token);
-    e["token"] = t;
-    e["logprob"] = std::max(lp.logprob, -9999.0f);
-    e["bytes"] = bytes_array(t);
-    ojson top = ojson::array();
-    for (auto& [id, v] : lp.top) {
-      const std::string tt = token_text(tok, id);
-      top.push_back({{"token", tt}, {"logprob", std::max(v, -9999.0f)}, {"bytes", bytes_array(tt)}});
-    }
-    e["top_logprobs"] = top;
-    content.push_back(e);
-  }
-  return {{"content", content}};
-}
-
-ojson completion_logprobs_json(const Tokenizer& tok, const std::vector<TokenLogprob>& lps, size_t text_offset) {
-  ojson tokens = ojson::array(), tlp = ojson::array(), top = ojson::array(), offs = ojson::array();
-  for (auto& lp : lps) {
-    const std::string t = token_text(tok, lp.token);
-    tokens.push_back(t);
-    tlp.push_back(std::max(lp.logprob, -9999.0f));
-    ojson m = ojson::object();
-    for (auto& [id, v] : lp.top) m[token_text(tok, id)] = std::max(v, -9999.0f);
-    top.push_back(m);
-    offs.push_back(text_offset);
-    text_offset += t.size();
-  }
-  ojson j;
-  j["text_offset"] = offs;
-  j["token_logprobs"] = tlp;
-  j["tokens"] = tokens;
-  j["top_logprobs"] = top;
-  return j;
-}
-
-std::string make_id(const char* prefix) {
-  static thread_local std::mt19937_64 rng{std::random_device{}()};
-  static const char* hex = "0123456789abcdef";
-  std::string s = prefix;
-  for (int i = 0; i < 32; ++i) s += hex[rng() & 15];
-  return s;
-}
-
-std::string dump(const ojson& j) { return j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace); }
 
 }  // namespace m3::server

@@ -1,0 +1,189 @@
+// Speculative decoding around the engine step (see speculator.h).
+#include "engine/speculator.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <sstream>
+
+#include "engine/engine.h"
+#include "engine/kv_page_codec.h"
+#include "formats/error.h"
+
+namespace m3 {
+
+Speculator::Speculator(const SpeculativeConfig& cfg, Model& target, KVDtype target_kv_dtype)
+    : cfg_(cfg), vocab_(target.config().vocab) {
+  const std::string dir =
+      cfg.model.empty() ? (std::filesystem::path(target.config().dir) / "dspark").string() : cfg.model;
+  if (!std::filesystem::exists(std::filesystem::path(dir) / "config.json"))
+    throw Error("--speculative-config method \"" + cfg.method + "\" needs the draft model in " + dir +
+                " (no config.json there); the checkpoint has no dspark/ folder, or pass \"model\": \"DIR\"");
+  draft_ = std::make_unique<DSparkDraft>(dir, target);
+  const DSparkConfig& dc = draft_->config();
+  if (cfg.num_speculative_tokens > dc.block_size)
+    throw Error("--speculative-config num_speculative_tokens " + std::to_string(cfg.num_speculative_tokens) +
+                " exceeds the draft's dspark_block_size " + std::to_string(dc.block_size) + " (" + dir +
+                "/config.json)");
+  kv_dtype_ = cfg.kv_cache_dtype.empty() ? target_kv_dtype
+                                         : parse_kv_dtype(cfg.kv_cache_dtype, "--speculative-config kv_cache_dtype");
+  rejection_ = parse_rejection_method(cfg.rejection_sample_method);
+  greedy_ = cfg.draft_sample_method == "greedy";
+  if (rejection_ == RejectionMethod::Synthetic)
+    // vLLM's meanings: rates are unconditional per position; a length resolves to the
+    // minimum-variance schedule.
+    synthetic_rates_ = !cfg.synthetic_acceptance_rates.empty()
+                           ? synthetic_rates_from_unconditional(cfg.synthetic_acceptance_rates)
+                           : synthetic_rates_min_variance(cfg.synthetic_acceptance_length, cfg.num_speculative_tokens);
+  target.set_tap_layers(dc.target_layers);
+  accepted_per_pos_.assign(size_t(cfg.num_speculative_tokens), 0);
+}
+
+Speculator::~Speculator() = default;
+
+size_t Speculator::page_bytes(int block_size) const {
+  return KVPool::page_bytes(draft_->config().kv_layout(), block_size, kv_dtype_, kv_dtype_);
+}
+
+void Speculator::make_pool(int block_size, int64_t pages) {
+  kv_ = std::make_unique<KVPool>(draft_->config().kv_layout(), block_size, kv_dtype_, kv_dtype_, pages);
+}
+
+std::string Speculator::layout_extra() const {
+  return " draft " + std::to_string(model_layout_id(draft_->config().dir, "")) + " " + kv_dtype_name(kv_dtype_);
+}
+
+std::string Speculator::describe() const {
+  std::ostringstream o;
+  o << cfg_.describe() << "; draft " << draft_->config().dir << " (" << draft_->config().n_layers << " layers, block "
+    << draft_->config().block_size << ", KV " << kv_dtype_name(kv_dtype_) << " in the same pages)";
+  return o.str();
+}
+
+float* Speculator::taps(int64_t rows) {
+  const size_t need = size_t(rows) * size_t(draft_->taps_width());
+  if (taps_.size() < need) taps_.resize(need);
+  return taps_.data();
+}
+
+void Speculator::propose(const std::vector<ScheduledChunk>& plan) {
+  const int64_t V = vocab_;
+  queries_.clear();
+  views_.resize(plan.size());
+  int kmax = 0;
+  for (size_t i = 0; i < plan.size(); ++i) {
+    const ScheduledChunk& c = plan[i];
+    if (!c.spec) continue;
+    views_[i] = std::make_unique<PagedKV>(*kv_, c.seq->blocks, c.start);
+    queries_.push_back({views_[i].get(), c.seq->token(c.start), c.start});
+    kmax = std::max(kmax, int(c.spec));
+  }
+  if (queries_.empty()) return;
+  const size_t nq = queries_.size();
+  if (z_.size() < nq * size_t(kmax) * size_t(V)) z_.resize(nq * size_t(kmax) * size_t(V));
+  draft_->propose(queries_.data(), int(nq), kmax, z_.data());
+  if (drafts_.size() < plan.size()) drafts_.resize(plan.size());
+  // Draft rows of chunk i in q_ start at qrow_[i].
+  qrow_.resize(plan.size());
+  int64_t qrows = 0;
+  for (size_t i = 0; i < plan.size(); ++i) {
+    qrow_[i] = qrows;
+    qrows += plan[i].spec;
+  }
+  if (q_.size() < size_t(qrows * V)) q_.resize(size_t(qrows * V));
+  size_t qi = 0;
+  int64_t qrow = 0;
+  for (size_t i = 0; i < plan.size(); ++i) {
+    const ScheduledChunk& c = plan[i];
+    if (!c.spec) continue;
+    Sequence* s = c.seq;
+    std::vector<int32_t>& d = drafts_[i];
+    d.clear();
+    prefix_ = s->output;
+    int32_t prev = c.seq->token(c.start);
+    const bool greedy = greedy_ || s->params.temperature <= 0.0f;
+    for (int64_t j = 0; j < c.spec; ++j, ++qrow) {
+      float* z = &z_[(qi * size_t(kmax) + size_t(j)) * size_t(V)];
+      draft_->add_markov(prev, z);  // the Markov bias enters before the sampling transforms
+      float* q = &q_[size_t(qrow * V)];
+      s->sampler.distribution(z, V, s->prompt, prefix_, q);
+      int32_t t;
+      if (greedy) {
+        // Argmax after the request's penalties; q becomes one-hot (already so at temperature 0).
+        t = int32_t(std::max_element(q, q + V) - q);
+        std::fill(q, q + V, 0.0f);
+        q[t] = 1.0f;
+      } else {
+        t = s->sampler.draw(q, V);
+      }
+      d.push_back(t);
+      prefix_.push_back(t);
+      prev = t;
+    }
+    ++qi;
+  }
+}
+
+void Speculator::verify(const ScheduledChunk& c, size_t ci, const float* logits) {
+  const int64_t V = vocab_;
+  Sequence* s = c.seq;
+  const std::vector<int32_t>& d = drafts_[ci];
+  const int gamma = int(c.spec);
+  if (p_.size() < size_t((gamma + 1) * V)) p_.resize(size_t((gamma + 1) * V));
+  prefix_ = s->output;
+  for (int i = 0; i <= gamma; ++i) {
+    s->sampler.distribution(logits + int64_t(i) * V, V, s->prompt, prefix_, &p_[size_t(i * V)]);
+    if (i < gamma) prefix_.push_back(d[size_t(i)]);
+  }
+  if (outcomes_.size() <= ci) outcomes_.resize(ci + 1);
+  VerifyOutcome& out = outcomes_[ci];
+  // The draft rows of this chunk in q_ follow the rows of the chunks before it.
+  VerifyInput in{gamma, V, d.data(), p_.data(), &q_[size_t(qrow_[ci] * V)]};
+  if (rejection_ == RejectionMethod::Synthetic) out = verify_synthetic(in, synthetic_rates_, s->sampler);
+  else if (s->params.temperature <= 0.0f) out = verify_greedy(in);
+  else if (rejection_ == RejectionMethod::Block) out = verify_block(in, s->sampler);
+  else out = verify_standard(in, s->sampler);
+}
+
+void Speculator::keep_accepted(const std::vector<ScheduledChunk>& plan) {
+  // Draft context: every token the target processed and keeps (anchor + accepted drafts for a
+  // speculative chunk); the taps hold one row per token of the forward, chunk after chunk.
+  ctx_rows_.clear();
+  views_.resize(plan.size());
+  int64_t trow = 0;
+  for (size_t i = 0; i < plan.size(); ++i) {
+    const ScheduledChunk& c = plan[i];
+    const int64_t keep = c.spec ? 1 + outcomes_[i].accepted : c.n;
+    views_[i] = std::make_unique<PagedKV>(*kv_, c.seq->blocks, c.start + keep);
+    ctx_rows_.push_back({views_[i].get(), taps_.data() + trow * draft_->taps_width(), c.start, keep});
+    trow += c.n + c.spec;
+  }
+  draft_->write_context(ctx_rows_.data(), int(ctx_rows_.size()));
+}
+
+void Speculator::count(const ScheduledChunk& c, const VerifyOutcome& v) {
+  ++steps_;
+  drafted_ += c.spec;
+  accepted_ += v.accepted;
+  for (int j = 0; j < v.accepted; ++j) ++accepted_per_pos_[size_t(j)];
+}
+
+void Speculator::fill_stats(EngineStats& st) const {
+  st.spec_drafts = steps_;
+  st.spec_draft_tokens = drafted_;
+  st.spec_accepted_tokens = accepted_;
+  st.spec_accepted_per_pos = accepted_per_pos_;
+}
+
+std::string spec_summary(const EngineStats& st) {
+  std::ostringstream o;
+  o << "speculative: " << st.spec_drafts << " drafts, " << st.spec_draft_tokens << " draft tokens, "
+    << st.spec_accepted_tokens << " accepted; acceptance length "
+    << (st.spec_drafts ? 1.0 + double(st.spec_accepted_tokens) / double(st.spec_drafts) : 0.0)
+    << "; acceptance rate per position [";
+  for (size_t i = 0; i < st.spec_accepted_per_pos.size(); ++i)
+    o << (i ? ", " : "") << (st.spec_drafts ? double(st.spec_accepted_per_pos[i]) / double(st.spec_drafts) : 0.0);
+  o << "]";
+  return o.str();
+}
+
+}  // namespace m3

@@ -1,0 +1,80 @@
+// Speculator: speculative decoding (DSpark draft + verification) as one component the engine calls at
+// three points of a step, so Engine::step stays the plain schedule -> forward -> sample loop:
+//   propose()        before the forward: drafts for every speculative chunk of the plan;
+//   verify()         after it: how many drafts the target keeps, and the token after them;
+//   keep_accepted()  writes the draft's context K/V for the kept tokens only (rejected drafts roll
+//                    back by never being written; the scheduler commits what the engine emits).
+// The draft's K/V live in a second pool indexed by the same page ids as the target's, so prefix
+// caching, preemption and tiers treat them like the target's.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/kv_format.h"
+#include "engine/kv_pool.h"
+#include "engine/scheduler.h"
+#include "engine/spec_config.h"
+#include "engine/spec_verify.h"
+#include "model/dspark.h"
+#include "model/model.h"
+
+namespace m3 {
+
+struct EngineStats;
+
+class Speculator {
+ public:
+  // Loads the draft (cfg.model, else the checkpoint's dspark/ folder) and makes `target` tap the
+  // draft's layers. Throws m3::Error naming the flag for a missing or mismatched draft.
+  Speculator(const SpeculativeConfig& cfg, Model& target, KVDtype target_kv_dtype);
+  ~Speculator();
+
+  // Bytes the draft adds to one KV page, and its pool (made once the page count is known).
+  size_t page_bytes(int block_size) const;
+  void make_pool(int block_size, int64_t pages);
+  KVPool* kv() { return kv_.get(); }
+  int num_speculative_tokens() const { return cfg_.num_speculative_tokens; }
+  // What identifies the draft's pages in stored KV (part of the page codec's layout id).
+  std::string layout_extra() const;
+  std::string describe() const;  // for the engine's start-up line
+
+  void propose(const std::vector<ScheduledChunk>& plan);
+  const std::vector<int32_t>& drafts(size_t chunk) const { return drafts_[chunk]; }
+  // The forward's tap rows (the draft's input), `rows` tokens of the step.
+  float* taps(int64_t rows);
+  // Chunk `chunk` (a speculative one); `logits` are the target's rows for its anchor and drafts.
+  void verify(const ScheduledChunk& c, size_t chunk, const float* logits);
+  const VerifyOutcome& outcome(size_t chunk) const { return outcomes_[chunk]; }
+  void keep_accepted(const std::vector<ScheduledChunk>& plan);
+  void count(const ScheduledChunk& c, const VerifyOutcome& v);  // the spec_* counters
+  void fill_stats(EngineStats& st) const;
+
+ private:
+  SpeculativeConfig cfg_;
+  int64_t vocab_ = 0;
+  std::unique_ptr<DSparkDraft> draft_;
+  std::unique_ptr<KVPool> kv_;
+  KVDtype kv_dtype_ = KVDtype::BF16;
+  RejectionMethod rejection_ = RejectionMethod::Standard;
+  bool greedy_ = false;
+  std::vector<double> synthetic_rates_;
+  // Per step, reused: draft logits, draft distributions q (chunk i's rows from qrow_[i]), target
+  // distributions p of the chunk being verified, drafts and outcomes per chunk.
+  std::vector<float> taps_, z_, q_, p_;
+  std::vector<int64_t> qrow_;
+  std::vector<std::vector<int32_t>> drafts_;
+  std::vector<int32_t> prefix_;
+  std::vector<VerifyOutcome> outcomes_;
+  std::vector<DraftQuery> queries_;
+  std::vector<DraftContextRows> ctx_rows_;
+  std::vector<std::unique_ptr<PagedKV>> views_;
+  int64_t steps_ = 0, drafted_ = 0, accepted_ = 0;
+  std::vector<int64_t> accepted_per_pos_;
+};
+
+// "speculative: N drafts, N draft tokens, N accepted; acceptance length X; acceptance rate per position [..]".
+std::string spec_summary(const EngineStats& st);
+
+}  // namespace m3

@@ -1,0 +1,143 @@
+// One choice's output stream (see choice_state.h).
+#include "server/choice_state.h"
+
+#include <algorithm>
+
+namespace m3::server {
+
+namespace {
+// The parsers read special tokens (think and tool-call tags), so they are kept for them.
+OutputOptions text_options(const ChoiceOptions& o) {
+  OutputOptions t;
+  t.skip_special = o.reasoning || o.tool ? false : o.skip_special;
+  t.stop = o.stop;
+  t.include_stop_str = o.include_stop_str;
+  t.hold_back = true;
+  return t;
+}
+}  // namespace
+
+ChoiceState::ChoiceState(const Tokenizer* tok, ChoiceOptions opt)
+    : tok_(tok), opt_(std::move(opt)), text_(tok, text_options(opt_)) {
+  if (opt_.reasoning) rp_ = std::make_unique<chat::ReasoningParser>(*opt_.reasoning, opt_.reasoning_start);
+  if (opt_.tool) {
+    chat::ToolParserOptions to;
+    to.parallel_tool_calls = opt_.parallel_tool_calls;
+    tp_ = std::make_unique<chat::ToolParser>(*opt_.tool, opt_.tools, to);
+  }
+  if (tp_ && !opt_.forced_tool_text.empty()) forced_deltas_ = tp_->feed(opt_.forced_tool_text).tool_calls;
+}
+
+bool ChoiceState::name_allowed(const std::string& name) const {
+  return opt_.allowed_tool_names.empty() ||
+         std::find(opt_.allowed_tool_names.begin(), opt_.allowed_tool_names.end(), name) !=
+             opt_.allowed_tool_names.end();
+}
+
+// Drops deltas of calls whose name is not allowed and renumbers the rest densely, so streamed
+// indices match the positions in tool_calls().
+std::vector<chat::ToolCallDelta> ChoiceState::filter_calls(std::vector<chat::ToolCallDelta> in) {
+  std::vector<chat::ToolCallDelta> out;
+  for (auto& d : in) {
+    auto it = call_index_.find(d.index);
+    if (it == call_index_.end()) {
+      int next = 0;
+      for (auto& [k, v] : call_index_) next += v >= 0;
+      const bool ok = !d.name || name_allowed(*d.name);
+      it = call_index_.emplace(d.index, ok ? next : -1).first;
+    }
+    if (it->second < 0) continue;
+    d.index = it->second;
+    out.push_back(std::move(d));
+  }
+  return out;
+}
+
+std::vector<chat::ToolCall> ChoiceState::tool_calls() const {
+  std::vector<chat::ToolCall> out;
+  if (!tp_) return out;
+  for (auto& c : tp_->calls())
+    if (name_allowed(c.name)) out.push_back(c);
+  return out;
+}
+
+ChoiceDelta ChoiceState::on_output(const RequestOutput& out) {
+  prompt_tokens = out.num_prompt_tokens;
+  cached_tokens = out.num_cached_tokens;
+  std::string text;
+  std::optional<int32_t> stop_token;
+  const size_t n = out.new_tokens.size();
+  for (size_t i = 0; i < n; ++i) {
+    const int32_t t = out.new_tokens[i];
+    tokens.push_back(t);
+    const bool is_stop_id = std::find(opt_.stop_token_ids.begin(), opt_.stop_token_ids.end(), t) !=
+                            opt_.stop_token_ids.end();
+    if (out.finished && out.finish_reason == FinishReason::Stop && i + 1 == n &&
+        (is_stop_id || t == opt_.eos_id)) {
+      if (is_stop_id) stop_token = t;
+      continue;  // the end token is not part of the text
+    }
+    if (tok_ && tok_->is_valid(t)) text += text_.push_token(t);
+  }
+  if (out.finished) text += text_.finish(true);
+  ChoiceDelta d = parse(std::move(text), out.finished, out.finish_reason, stop_token);
+  d.tokens = out.new_tokens;
+  d.logprobs = out.new_logprobs;
+  logprobs.insert(logprobs.end(), out.new_logprobs.begin(), out.new_logprobs.end());
+  return d;
+}
+
+ChoiceDelta ChoiceState::on_text(std::string_view raw, bool fin, FinishReason reason,
+                                 std::optional<int32_t> stop_token) {
+  return parse(text_.push_text(raw, fin), fin, reason, stop_token);
+}
+
+ChoiceDelta ChoiceState::parse(std::string feed, bool fin, FinishReason reason, std::optional<int32_t> stop_token) {
+  ChoiceDelta d;
+  if (const std::string* st = text_.stop_string()) stop_reason = *st;
+  std::string content_piece;
+  if (rp_) {
+    chat::ReasoningDelta rd = rp_->feed(feed);
+    if (fin) {
+      chat::ReasoningDelta r2 = rp_->finish();
+      rd.reasoning += r2.reasoning;
+      rd.content += r2.content;
+    }
+    d.reasoning = std::move(rd.reasoning);
+    content_piece = std::move(rd.content);
+  } else {
+    content_piece = std::move(feed);
+  }
+  if (tp_) {
+    chat::ToolStreamDelta td = tp_->feed(content_piece);
+    if (fin) {
+      chat::ToolStreamDelta t2 = tp_->finish();
+      td.content += t2.content;
+      td.tool_calls.insert(td.tool_calls.end(), t2.tool_calls.begin(), t2.tool_calls.end());
+    }
+    d.content = std::move(td.content);
+    if (!forced_deltas_.empty()) {
+      td.tool_calls.insert(td.tool_calls.begin(), forced_deltas_.begin(), forced_deltas_.end());
+      forced_deltas_.clear();
+    }
+    d.tool_calls = filter_calls(std::move(td.tool_calls));
+  } else {
+    d.content = std::move(content_piece);
+  }
+  content += d.content;
+  reasoning += d.reasoning;
+  if (fin) {
+    finished = d.finished = true;
+    switch (reason) {
+      case FinishReason::Length: finish_reason = "length"; break;
+      case FinishReason::Abort: finish_reason = "abort"; break;
+      default:
+        finish_reason = !tool_calls().empty() ? "tool_calls" : "stop";
+        if (stop_token) stop_reason = *stop_token;
+        break;
+    }
+  }
+  return d;
+}
+
+}  // namespace m3::server
