@@ -26,7 +26,28 @@ struct RequestTrace {
 struct LatencyStats {
   double mean = 0, median = 0, std = 0, p90 = 0, p99 = 0, min = 0, max = 0;
   size_t count = 0;
+  std::vector<double> ms;  // the values, for other percentiles (--metric-percentiles)
 };
+
+// Service-level objectives for goodput (`--goodput ttft:MS tpot:MS e2el:MS`, as vLLM): a request is
+// good when it meets every objective given; a negative value means no objective on that metric.
+struct GoodputSlo {
+  double ttft_ms = -1, tpot_ms = -1, e2el_ms = -1;
+  bool any() const { return ttft_ms >= 0 || tpot_ms >= 0 || e2el_ms >= 0; }
+};
+// Parses vLLM's KEY:VALUE list (keys ttft, tpot, e2el; values in ms, >= 0); throws m3::Error naming
+// the bad entry.
+GoodputSlo parse_goodput(const std::vector<std::string>& items);
+
+// Which metrics the report gives percentiles for, and which percentiles (`--percentile-metrics`,
+// `--metric-percentiles`). Empty: m3serve's default report (every metric; median, P90, P99).
+struct ReportSelection {
+  std::vector<std::string> metrics;  // of ttft, tpot, itl, e2el
+  std::vector<double> percentiles;   // in (0, 100]
+};
+// Parses the two comma-separated lists as vLLM spells them; either may be empty (its default then:
+// ttft,tpot,itl and 99). Throws m3::Error naming a bad entry.
+ReportSelection parse_report_selection(const std::string& metrics, const std::string& percentiles);
 
 struct BenchMetrics {
   int64_t completed = 0, failed = 0;
@@ -38,6 +59,9 @@ struct BenchMetrics {
   double peak_output_throughput = 0;   // max over 1-s buckets of chunks streamed (tokens/s)
   int64_t peak_concurrency = 0;        // max requests in flight
   LatencyStats ttft, tpot, itl, e2el;
+  bool goodput_measured = false;       // a --goodput objective was given
+  int64_t good_requests = 0;           // requests meeting every objective
+  double request_goodput = 0;          // good requests per second
 };
 
 // Linear-interpolated percentile (numpy's default), p in [0, 100]. Empty input gives 0.
@@ -47,14 +71,15 @@ LatencyStats latency_stats(const std::vector<double>& seconds);
 
 // All metrics from the traces and the benchmark duration (seconds). Failed requests count only in
 // `failed`.
-BenchMetrics compute_metrics(const std::vector<RequestTrace>& traces, double duration);
+BenchMetrics compute_metrics(const std::vector<RequestTrace>& traces, double duration, const GoodputSlo& slo = {});
 
 // Per-request TPOT values (seconds) as defined in 10.2: (E2EL - TTFT) / (output_tokens - 1) for the
 // successful requests with more than one output token.
 std::vector<double> tpot_values(const std::vector<RequestTrace>& traces);
 
-nlohmann::ordered_json metrics_json(const BenchMetrics& m);
+// The result JSON's metric keys; with a selection, also vLLM's p<N>_<metric>_ms for each percentile.
+nlohmann::ordered_json metrics_json(const BenchMetrics& m, const ReportSelection& sel = {});
 // The vLLM-style text report.
-std::string format_report(const BenchMetrics& m, const std::string& title);
+std::string format_report(const BenchMetrics& m, const std::string& title, const ReportSelection& sel = {});
 
 }  // namespace m3::bench

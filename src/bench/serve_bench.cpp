@@ -2,7 +2,6 @@
 // datasets, the arrival process and the report (see serve_bench.h; metrics in metrics.h).
 #include "bench/serve_bench.h"
 
-#include <httplib.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -21,10 +20,11 @@
 
 #include <fmt/format.h>
 
+#include "bench/bench_client.h"
+#include "bench/datasets.h"
 #include "bench/metrics.h"
 #include "bench/plot.h"
 #include "formats/error.h"
-#include "tokenizer/tokenizer.h"
 
 namespace m3::bench {
 namespace {
@@ -33,141 +33,6 @@ using json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
-
-struct Endpoint {
-  std::string base;
-  httplib::Headers headers;
-  std::unique_ptr<httplib::Client> client() const {
-    auto c = std::make_unique<httplib::Client>(base);
-    c->set_connection_timeout(10);
-    c->set_read_timeout(3600);
-    c->set_write_timeout(600);
-    c->set_default_headers(headers);
-    return c;
-  }
-  json get_json(const std::string& path) const {
-    auto r = client()->Get(path.c_str());
-    if (!r) throw Error("GET " + base + path + ": " + httplib::to_string(r.error()));
-    if (r->status != 200) throw Error("GET " + base + path + ": HTTP " + std::to_string(r->status) + ": " + r->body);
-    return json::parse(r->body);
-  }
-  // Returns status and body; throws only when the server cannot be reached.
-  std::pair<int, std::string> post(const std::string& path, const json& body) const {
-    auto r = client()->Post(path.c_str(), body.dump(), "application/json");
-    if (!r) throw Error("POST " + base + path + ": " + httplib::to_string(r.error()));
-    return {r->status, r->body};
-  }
-  std::string get_text(const std::string& path) const {
-    auto r = client()->Get(path.c_str());
-    return (r && r->status == 200) ? r->body : std::string();
-  }
-};
-
-// Tokenizer access: a local tokenizer.json, or the server's /tokenize and /detokenize.
-class TokenBackend {
- public:
-  virtual ~TokenBackend() = default;
-  virtual std::vector<int32_t> encode(const std::string& text) = 0;
-  virtual std::string decode(const std::vector<int32_t>& ids) = 0;
-  // Ids usable in random prompts (special tokens excluded).
-  virtual std::vector<int32_t> allowed_ids() = 0;
-};
-
-class LocalTokens : public TokenBackend {
- public:
-  explicit LocalTokens(const std::string& dir) : tok_(Tokenizer::from_dir(dir)) {}
-  std::vector<int32_t> encode(const std::string& t) override { return tok_.encode(t, true); }
-  std::string decode(const std::vector<int32_t>& ids) override { return tok_.decode(ids, false); }
-  std::vector<int32_t> allowed_ids() override {
-    std::vector<int32_t> a;
-    for (int32_t i = 0; i < tok_.vocab_size(); ++i)
-      if (tok_.is_valid(i) && !tok_.is_special(i)) a.push_back(i);
-    return a;
-  }
-
- private:
-  Tokenizer tok_;
-};
-
-class ServerTokens : public TokenBackend {
- public:
-  ServerTokens(const Endpoint& ep, std::string model) : ep_(ep), model_(std::move(model)) {}
-  std::vector<int32_t> encode(const std::string& t) override {
-    auto [st, body] = ep_.post("/tokenize", {{"model", model_}, {"prompt", t}});
-    if (st != 200) throw Error("/tokenize: HTTP " + std::to_string(st) + ": " + body);
-    return json::parse(body).at("tokens").get<std::vector<int32_t>>();
-  }
-  std::string decode(const std::vector<int32_t>& ids) override {
-    auto [st, body] = ep_.post("/detokenize", {{"model", model_}, {"tokens", ids}});
-    if (st != 200) throw Error("/detokenize: HTTP " + std::to_string(st) + ": " + body);
-    return json::parse(body).at("prompt").get<std::string>();
-  }
-  // The vocabulary size is found by bisection on /detokenize (valid ids answer 200). Hugging Face
-  // tokenizers put the added (special) tokens last, so the top 1% (at least 64 ids) is left out;
-  // --tokenizer gives the exact set.
-  std::vector<int32_t> allowed_ids() override {
-    auto valid = [&](int32_t id) { return ep_.post("/detokenize", {{"model", model_}, {"tokens", {id}}}).first == 200; };
-    if (!valid(0)) throw Error("/detokenize does not accept token id 0; pass --tokenizer DIR");
-    int64_t lo = 0, hi = 1 << 24;  // valid(lo), !valid(hi)
-    while (hi - lo > 1) {
-      const int64_t mid = (lo + hi) / 2;
-      (valid(int32_t(mid)) ? lo : hi) = mid;
-    }
-    const int64_t vocab = lo + 1;
-    const int64_t keep = std::max<int64_t>(1, vocab - std::max<int64_t>(64, vocab / 100));
-    std::vector<int32_t> a(static_cast<size_t>(keep));
-    for (int64_t i = 0; i < keep; ++i) a[size_t(i)] = int32_t(i);
-    return a;
-  }
-
- private:
-  const Endpoint& ep_;
-  std::string model_;
-};
-
-struct Prompt {
-  std::string text;
-  int64_t prompt_len = 0, output_len = 0;
-};
-
-// docs/serving.md 10.1: lengths uniform in [floor(L(1-r)), ceil(L(1+r))]; a body of consecutive
-// allowed ids from a random offset; decoded, re-encoded and trimmed / padded to the target length.
-std::vector<Prompt> random_dataset(const ServeBenchOptions& o, TokenBackend& tok) {
-  if (!(o.random_range_ratio >= 0 && o.random_range_ratio < 1)) throw Error("--random-range-ratio must be in [0, 1)");
-  std::mt19937_64 rng(o.seed);
-  const std::vector<int32_t> allowed = tok.allowed_ids();
-  if (allowed.empty()) throw Error("no usable token ids");
-  const int64_t n_special = int64_t(tok.encode("").size());
-  const int64_t real_in = std::max<int64_t>(1, o.random_input_len - n_special);
-  const double r = o.random_range_ratio;
-  std::uniform_int_distribution<int64_t> in_len(std::max<int64_t>(1, int64_t(std::floor(real_in * (1 - r)))),
-                                                int64_t(std::ceil(real_in * (1 + r))));
-  std::uniform_int_distribution<int64_t> out_len(std::max<int64_t>(1, int64_t(std::floor(o.random_output_len * (1 - r)))),
-                                                 std::max<int64_t>(1, int64_t(std::ceil(o.random_output_len * (1 + r)))));
-  std::uniform_int_distribution<size_t> pick(0, allowed.size() - 1);
-  std::vector<int32_t> prefix(size_t(std::max<int64_t>(0, o.random_prefix_len)));
-  for (auto& id : prefix) id = allowed[pick(rng)];
-  std::vector<Prompt> out;
-  for (int64_t i = 0; i < o.num_prompts; ++i) {
-    Prompt p;
-    const int64_t target = int64_t(prefix.size()) + in_len(rng);
-    p.output_len = out_len(rng);
-    const size_t offset = pick(rng);
-    std::vector<int32_t> ids = prefix;
-    for (int64_t j = int64_t(prefix.size()); j < target; ++j) ids.push_back(allowed[(offset + size_t(i) + size_t(j)) % allowed.size()]);
-    // Decoding then re-encoding can merge or split tokens: adjust a few times towards the target.
-    for (int iter = 0; iter < 4; ++iter) {
-      p.text = tok.decode(ids);
-      ids = tok.encode(p.text);
-      if (int64_t(ids.size()) == target) break;
-      if (int64_t(ids.size()) > target) ids.resize(size_t(target));
-      while (int64_t(ids.size()) < target) ids.push_back(allowed[pick(rng)]);
-    }
-    p.prompt_len = int64_t(ids.size());  // verified length of the final text
-    out.push_back(std::move(p));
-  }
-  return out;
-}
 
 // A progress bar on stderr, only when it is a terminal.
 class Progress {
@@ -347,6 +212,42 @@ std::string synthetic_text(std::mt19937_64& rng, int64_t approx_tokens, const st
   return s;
 }
 
+// vLLM's --backend names for OpenAI-compatible servers, and the endpoint each implies.
+struct BackendChoice {
+  std::string name;      // as reported in the result JSON
+  bool chat = false;     // chat-completions requests
+  std::string endpoint;  // the path requests go to
+};
+
+BackendChoice choose_backend(const ServeBenchOptions& o) {
+  static const char* const kCompletions[] = {"vllm", "openai", "sglang", "lmdeploy", "scalellm"};
+  BackendChoice b;
+  b.name = o.backend.empty() ? "openai" : o.backend;
+  if (o.backend.empty()) {
+    b.endpoint = o.endpoint.empty() ? "/v1/completions" : o.endpoint;
+    if (b.endpoint != "/v1/completions" && b.endpoint != "/v1/chat/completions")
+      throw Error("--endpoint must be /v1/completions or /v1/chat/completions");
+    b.chat = b.endpoint == "/v1/chat/completions";
+    return b;
+  }
+  if (o.backend == "openai-chat") {
+    b.chat = true;
+    b.endpoint = o.endpoint.empty() ? "/v1/chat/completions" : o.endpoint;
+    if (b.endpoint != "/v1/chat/completions")
+      throw Error("--backend openai-chat sends chat requests: --endpoint must be /v1/chat/completions, got " + b.endpoint);
+    return b;
+  }
+  if (std::find(std::begin(kCompletions), std::end(kCompletions), o.backend) == std::end(kCompletions))
+    throw Error("--backend " + o.backend +
+                ": not supported by m3serve bench serve, which speaks the OpenAI completions and chat APIs (vllm, "
+                "openai, sglang, lmdeploy, scalellm: /v1/completions; openai-chat: /v1/chat/completions)");
+  b.endpoint = o.endpoint.empty() ? "/v1/completions" : o.endpoint;
+  if (b.endpoint != "/v1/completions")
+    throw Error("--backend " + o.backend + " sends completions requests: --endpoint must be /v1/completions (use --backend "
+                "openai-chat for /v1/chat/completions), got " + b.endpoint);
+  return b;
+}
+
 double prom_value_after(const Endpoint& ep, const std::string& name) { return prometheus_sum(ep.get_text("/metrics"), name); }
 
 // The server's speculative-decoding counters (vLLM names), summed over label sets; drafts < 0
@@ -410,12 +311,15 @@ nlohmann::ordered_json run_serve_bench(const ServeBenchOptions& o) {
   if (key.empty())
     if (const char* k = std::getenv("OPENAI_API_KEY")) key = k;
   if (!key.empty()) ep.headers.emplace("Authorization", "Bearer " + key);
-  if (o.endpoint != "/v1/completions" && o.endpoint != "/v1/chat/completions")
-    throw Error("--endpoint must be /v1/completions or /v1/chat/completions");
+  const BackendChoice be = choose_backend(o);
   const bool agentic = o.dataset_name == "agentic";
-  if (o.dataset_name != "random" && !agentic) throw Error("--dataset-name must be random or agentic");
-  const bool chat = agentic || o.endpoint == "/v1/chat/completions";
-  const std::string path = agentic ? "/v1/chat/completions" : o.endpoint;
+  if (o.dataset_name != "random" && o.dataset_name != "sharegpt" && o.dataset_name != "custom" && !agentic)
+    throw Error("--dataset-name " + o.dataset_name + ": m3serve bench serve has random, sharegpt, custom and agentic");
+  if (!(o.burstiness > 0)) throw Error("--burstiness must be positive (1: Poisson arrivals)");
+  const GoodputSlo slo = parse_goodput(o.goodput);
+  const ReportSelection sel = parse_report_selection(o.percentile_metrics, o.metric_percentiles);
+  const bool chat = agentic || be.chat;
+  const std::string path = agentic ? "/v1/chat/completions" : be.endpoint;
 
   std::string model = o.model;
   if (model.empty()) {
@@ -439,12 +343,19 @@ nlohmann::ordered_json run_serve_bench(const ServeBenchOptions& o) {
     std::unique_ptr<TokenBackend> tok;
     if (!o.tokenizer_dir.empty()) tok = std::make_unique<LocalTokens>(o.tokenizer_dir);
     else tok = std::make_unique<ServerTokens>(ep, model);
-    std::fprintf(stderr, "building %lld random prompts...\n", (long long)o.num_prompts);
-    const std::vector<Prompt> prompts = random_dataset(o, *tok);
+    std::fprintf(stderr, "building %lld %s prompts...\n", (long long)o.num_prompts, o.dataset_name.c_str());
+    const std::vector<Prompt> prompts = o.dataset_name == "sharegpt" ? sharegpt_dataset(o, *tok)
+                                        : o.dataset_name == "custom" ? custom_dataset(o, *tok, chat, ep, model)
+                                                                     : random_dataset(o, *tok);
     traces.resize(prompts.size());
     Progress bar(int64_t(prompts.size()), o.progress);
     std::mt19937_64 arrivals(o.seed ^ 0x9e3779b97f4a7c15ull);
-    std::exponential_distribution<double> gap(std::isinf(o.request_rate) ? 1.0 : o.request_rate);
+    // vLLM's arrival process: gaps drawn from a Gamma distribution of shape `burstiness` and mean
+    // 1/rate (shape 1 is the exponential: Poisson arrivals).
+    const double rate = std::isinf(o.request_rate) ? 1.0 : o.request_rate;
+    std::exponential_distribution<double> poisson_gap(rate);
+    std::gamma_distribution<double> gamma_gap(o.burstiness, 1.0 / (rate * o.burstiness));
+    auto gap = [&](std::mt19937_64& g) { return o.burstiness == 1.0 ? poisson_gap(g) : gamma_gap(g); };
     std::vector<std::thread> threads;
     t0 = Clock::now();
     double next = 0;
@@ -456,9 +367,10 @@ nlohmann::ordered_json run_serve_bench(const ServeBenchOptions& o) {
       limiter.acquire();
       threads.emplace_back([&, i] {
         const Prompt& p = prompts[i];
-        json input = chat ? json::array({{{"role", "user"}, {"content", p.text}}}) : json(p.text);
+        json input = chat ? json::array({{{"role", "user"}, {"content", p.text}}}) : p.ids.empty() ? json(p.text) : json(p.ids);
         StreamOut r = stream_request(ep, path, chat, request_body(o, model, chat, input, p.output_len), {}, t0);
-        r.trace.prompt_len = p.prompt_len;
+        // The server's count where it sent usage (a chat prompt's template tokens included).
+        r.trace.prompt_len = chat && r.usage_prompt >= 0 ? r.usage_prompt : p.prompt_len;
         {
           std::lock_guard lk(mu);
           traces[i] = std::move(r.trace);
@@ -513,7 +425,7 @@ nlohmann::ordered_json run_serve_bench(const ServeBenchOptions& o) {
   if (first_send < 1e300) duration -= first_send;
   if (duration <= 0) duration = seconds_since(t0);
 
-  const BenchMetrics m = compute_metrics(traces, duration);
+  const BenchMetrics m = compute_metrics(traces, duration, slo);
   nlohmann::ordered_json result;
   {
     char date[32];
@@ -521,7 +433,7 @@ nlohmann::ordered_json run_serve_bench(const ServeBenchOptions& o) {
     std::strftime(date, sizeof date, "%Y%m%d-%H%M%S", std::localtime(&now));
     result["date"] = date;
   }
-  result["backend"] = "openai";
+  result["backend"] = be.name;
   result["base_url"] = ep.base;
   result["endpoint"] = path;
   result["model_id"] = model;
@@ -530,9 +442,10 @@ nlohmann::ordered_json run_serve_bench(const ServeBenchOptions& o) {
   result["request_rate"] = std::isinf(o.request_rate) ? json("inf") : json(o.request_rate);
   result["max_concurrency"] = o.max_concurrency > 0 ? json(o.max_concurrency) : json(nullptr);
   result["seed"] = o.seed;
-  const nlohmann::ordered_json mj = metrics_json(m);
+  if (!std::isinf(o.request_rate)) result["burstiness"] = o.burstiness;
+  const nlohmann::ordered_json mj = metrics_json(m, sel);
   for (auto it = mj.begin(); it != mj.end(); ++it) result[it.key()] = it.value();
-  std::string report = format_report(m, agentic ? "Agentic Benchmark Result" : "Serving Benchmark Result");
+  std::string report = format_report(m, agentic ? "Agentic Benchmark Result" : "Serving Benchmark Result", sel);
   if (agentic) {
     const double hits1 = prom_value_after(ep, "vllm:prefix_cache_hits_total");
     const double queries1 = prom_value_after(ep, "vllm:prefix_cache_queries_total");

@@ -25,8 +25,16 @@ void register_bench(CLI::App& app) {
   s->add_option("--host", so->host, "Server host")->capture_default_str();
   s->add_option("--port", so->port, "Server port")->capture_default_str();
   s->add_option("--model", so->model, "Served model name (default: the first of /v1/models)");
-  s->add_option("--endpoint", so->endpoint, "/v1/completions or /v1/chat/completions")->capture_default_str();
-  s->add_option("--dataset-name", so->dataset_name, "random or agentic")->capture_default_str();
+  s->add_option("--backend", so->backend,
+                "vLLM's backend name: vllm, openai, sglang, lmdeploy, scalellm (completions) or openai-chat (chat)");
+  s->add_option("--endpoint", so->endpoint,
+                "/v1/completions or /v1/chat/completions (default: the backend's; /v1/completions without one)");
+  s->add_option("--dataset-name", so->dataset_name, "random, sharegpt, custom or agentic")->capture_default_str();
+  s->add_option("--dataset-path", so->dataset_path, "sharegpt: a ShareGPT JSON file; custom: a JSONL file of {\"prompt\": ...}");
+  s->add_option("--sharegpt-output-len", so->sharegpt_output_len, "sharegpt: output tokens per request instead of the reply's length");
+  s->add_option("--custom-output-len", so->custom_output_len, "custom: output tokens per request")->capture_default_str();
+  s->add_flag("--custom-skip-chat-template", so->custom_skip_chat_template,
+              "custom on /v1/completions: send the prompts as they are, without the chat template");
   s->add_option("--random-input-len", so->random_input_len, "Input tokens per request (agentic: initial context)")
       ->capture_default_str();
   s->add_option("--random-output-len", so->random_output_len, "Output tokens per request (max_tokens)")->capture_default_str();
@@ -36,6 +44,15 @@ void register_bench(CLI::App& app) {
   s->add_option("--num-prompts", so->num_prompts, "Number of requests (random dataset)")->capture_default_str();
   s->add_option("--max-concurrency", so->max_concurrency, "Cap on requests in flight (0: none)")->capture_default_str();
   s->add_option("--request-rate", *rate, "Requests per second, Poisson arrivals (inf: all at once)")->capture_default_str();
+  s->add_option("--burstiness", so->burstiness,
+                "Gamma shape of the arrival gaps with --request-rate: 1 Poisson, < 1 burstier, > 1 steadier")
+      ->capture_default_str();
+  s->add_option("--goodput", so->goodput, "Objectives KEY:MS (ttft, tpot, e2el); reports requests/s meeting all of them")
+      ->expected(1, 3)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  s->add_option("--percentile-metrics", so->percentile_metrics,
+                "Comma-separated metrics to report percentiles for (ttft, tpot, itl, e2el; vLLM's default ttft,tpot,itl)");
+  s->add_option("--metric-percentiles", so->metric_percentiles, "Comma-separated percentiles, e.g. 50,90,99 (default 99)");
   s->add_option("--seed", so->seed, "Random seed")->capture_default_str();
   s->add_flag("--ignore-eos", so->ignore_eos, "Send ignore_eos so every request generates its full length");
   s->add_option("--tokenizer", so->tokenizer_dir, "Model directory whose tokenizer.json builds the prompts (default: the server's /tokenize, /detokenize)");

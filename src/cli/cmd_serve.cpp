@@ -35,6 +35,8 @@ struct ServeOpts {
   std::string host = "127.0.0.1";
   int port = 8000;
   std::string api_key;
+  std::vector<std::string> allowed_origins{"*"}, allowed_methods{"*"}, allowed_headers{"*"};
+  bool allow_credentials = false;
   std::vector<std::string> served_names;
   std::string chat_template;
   int stream_interval = 1;
@@ -219,6 +221,10 @@ void run_serve(ServeOpts& o, CLI::App* sub) {
   ho.host = o.host;
   ho.port = o.port;
   ho.api_key = o.api_key;
+  ho.cors.allowed_origins = server::parse_cors_list(o.allowed_origins, "--allowed-origins");
+  ho.cors.allowed_methods = server::parse_cors_list(o.allowed_methods, "--allowed-methods");
+  ho.cors.allowed_headers = server::parse_cors_list(o.allowed_headers, "--allowed-headers");
+  ho.cors.allow_credentials = o.allow_credentials;
   ho.stream_interval = o.stream_interval;
   ho.max_body_bytes = o.max_request_bytes;
   ho.max_body_bytes_in_flight = o.http.max_body_bytes_in_flight;
@@ -255,6 +261,17 @@ void register_serve(CLI::App& app) {
   sub->add_option("--port", o->port, "Port (default 8000; 0 = any free port, printed at start)")
       ->check(CLI::Range(0, 65535));
   sub->add_option("--api-key", o->api_key, "Require `Authorization: Bearer KEY` on /v1 (also $VLLM_API_KEY)");
+  sub->add_option("--allowed-origins", o->allowed_origins,
+                  "CORS: origins browsers may call from, a JSON list or comma-separated (default [\"*\"]: any)")
+      ->allow_extra_args(false)  // one value per occurrence: CLI11 would split a JSON list itself
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  sub->add_option("--allowed-methods", o->allowed_methods, "CORS: methods a preflight may ask for (default [\"*\"])")
+      ->allow_extra_args(false)  // one value per occurrence: CLI11 would split a JSON list itself
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  sub->add_option("--allowed-headers", o->allowed_headers, "CORS: request headers a preflight may ask for (default [\"*\"])")
+      ->allow_extra_args(false)  // one value per occurrence: CLI11 would split a JSON list itself
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  sub->add_flag("--allow-credentials", o->allow_credentials, "CORS: allow credentialed requests (cookies, auth headers)");
   sub->add_option("--served-model-name", o->served_names, "Model name(s) in the API (default: the MODEL path)")
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   sub->add_option("--chat-template", o->chat_template, "Chat template file (or inline template)");

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/option_prefixes.h"
 #include "formats/error.h"
 
 int main(int argc, char** argv) {
@@ -45,8 +46,11 @@ int main(int argc, char** argv) {
     }
   }
   std::vector<char*> cargs;
-  for (auto& a : args) cargs.push_back(a.data());
   try {
+    // `bench serve` takes argparse's abbreviations, as the `vllm bench serve` lines users paste.
+    if (args.size() > 2 && args[1] == "bench" && args[2] == "serve")
+      m3::cli::expand_option_prefixes(*app.get_subcommand("bench")->get_subcommand("serve"), args, 3);
+    for (auto& a : args) cargs.push_back(a.data());
     app.parse(int(cargs.size()), cargs.data());
   } catch (const CLI::ParseError& e) {
     return app.exit(e);

@@ -627,6 +627,17 @@ class Conn : public std::enable_shared_from_this<Conn> {
   }
 
   void handle(Request& req) {
+    // CORS first, as vLLM's middleware: every answer below (errors included) carries its headers, and a
+    // browser's preflight is answered here, before the API key (browsers send preflights without it).
+    const std::string origin(req[http::field::origin]);
+    cors_ = cors_response_headers(opt_.cors, origin, req.find(http::field::cookie) != req.end());
+    if (req.method() == http::verb::options && !origin.empty() &&
+        req.find(http::field::access_control_request_method) != req.end()) {
+      const PreflightAnswer pa = cors_preflight(opt_.cors, origin, std::string(req[http::field::access_control_request_method]),
+                                                std::string(req[http::field::access_control_request_headers]));
+      cors_ = pa.headers;
+      return reply(make_response(pa.status, pa.body, "text/plain; charset=utf-8", version_, keep_alive_), false);
+    }
     if (srv_.draining.load()) return reply(error(503, "the server is shutting down"), true);
     std::string path(req.target());
     if (auto q = path.find('?'); q != std::string::npos) path.resize(q);
@@ -691,6 +702,7 @@ class Conn : public std::enable_shared_from_this<Conn> {
   // Writes a response from the strand; then the next request, or close.
   void reply(Response r, bool close_after) {
     if (close_after) r.keep_alive(false);
+    add_cors(r);
     auto sp = std::make_shared<Response>(std::move(r));
     stream_.expires_after(ms(opt_.write_timeout_s));
     http::async_write(stream_, *sp, [self = shared_from_this(), sp](beast::error_code ec, size_t) {
@@ -703,6 +715,7 @@ class Conn : public std::enable_shared_from_this<Conn> {
   void reply_and_close(int status, const std::string& msg) {
     busy_ = true;
     keep_alive_ = false;
+    cors_.clear();  // no request was read: no Origin to answer (not the previous request's)
     reply(error(status, msg), true);
   }
 
@@ -783,6 +796,7 @@ class Conn : public std::enable_shared_from_this<Conn> {
   }
 
   bool write_full(Response r) {
+    add_cors(r);
     if (srv_.draining.load()) r.keep_alive(false);
     keep_alive_ = keep_alive_ && r.keep_alive();
     return sync([&](auto&& h) { http::async_write(stream_, r, std::move(h)); });
@@ -797,6 +811,7 @@ class Conn : public std::enable_shared_from_this<Conn> {
     head.set(http::field::server, "m3serve");
     head.set(http::field::content_type, content_type);
     if (no_cache) head.set(http::field::cache_control, "no-cache");
+    add_cors(head);
     chunked_ = version_ >= 11;
     if (chunked_) head.chunked(true);
     else keep_alive_ = false;
@@ -944,6 +959,12 @@ class Conn : public std::enable_shared_from_this<Conn> {
   std::optional<http::request_parser<http::string_body>> parser_;
   unsigned version_ = 11;
   bool keep_alive_ = true, first_ = true, counted_ = false;
+  HeaderList cors_;  // the current request's CORS response headers
+
+  template <class Message>
+  void add_cors(Message& m) const {
+    for (const auto& [name, value] : cors_) m.set(name, value);
+  }
   int64_t reserved_ = 0;  // body bytes reserved in srv_.body_bytes (strand, or the worker while it owns the request)
   // A request is being answered (written on the strand; read by launch() on the acceptor's strand).
   std::atomic<bool> busy_{false};

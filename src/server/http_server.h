@@ -5,6 +5,7 @@
 #include <string>
 
 #include "engine/engine.h"
+#include "server/cors.h"
 #include "server/openai_protocol.h"
 #include "server/request_limits.h"
 
@@ -14,6 +15,7 @@ struct HttpOptions {
   std::string host = "127.0.0.1";
   int port = 8000;
   std::string api_key;  // empty: no authentication
+  CorsOptions cors;     // --allowed-origins / --allowed-methods / --allowed-headers / --allow-credentials
   int stream_interval = 1;
   size_t max_body_bytes = 32u << 20;  // after de-chunking and decompression
   // Request bodies being received or handled at once, in bytes (a chunked or compressed body counts

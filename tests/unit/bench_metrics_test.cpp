@@ -9,6 +9,7 @@
 #include "bench/metrics.h"
 #include "bench/plot.h"
 #include "bench/serve_bench.h"
+#include "formats/error.h"
 
 using namespace m3::bench;
 
@@ -136,4 +137,43 @@ TEST(BenchMetrics, PrometheusSum) {
   EXPECT_DOUBLE_EQ(prometheus_sum(text, "vllm:prefix_cache_hits_total"), 192);
   EXPECT_DOUBLE_EQ(prometheus_sum(text, "vllm:prefix_cache_queries_total"), 1000);
   EXPECT_DOUBLE_EQ(prometheus_sum(text, "vllm:nothing"), -1);
+}
+
+// --goodput: a request is good when it meets every objective given. The trace's successful requests:
+// TTFT 100 / 300 / 200 ms, TPOT 33.3 / 25 / 0 ms (a one-token reply has none), E2EL 200 / 400 / 200 ms.
+TEST(BenchMetrics, GoodputCountsRequestsMeetingEveryObjective) {
+  EXPECT_FALSE(compute_metrics(trace(), 2.0).goodput_measured);
+  const BenchMetrics a = compute_metrics(trace(), 2.0, parse_goodput({"ttft:200"}));
+  EXPECT_TRUE(a.goodput_measured);
+  EXPECT_EQ(a.good_requests, 2);  // 100 and 200 ms
+  EXPECT_DOUBLE_EQ(a.request_goodput, 1.0);
+  EXPECT_EQ(compute_metrics(trace(), 2.0, parse_goodput({"ttft:200", "tpot:30"})).good_requests, 1);  // 200 ms, TPOT 0
+  EXPECT_EQ(compute_metrics(trace(), 2.0, parse_goodput({"e2el:399.9"})).good_requests, 2);
+  EXPECT_EQ(compute_metrics(trace(), 2.0, parse_goodput({"ttft:0"})).good_requests, 0);
+  const auto j = metrics_json(a);
+  EXPECT_DOUBLE_EQ(j["request_goodput"].get<double>(), 1.0);
+  EXPECT_TRUE(metrics_json(compute_metrics(trace(), 2.0))["request_goodput"].is_null());
+  EXPECT_NE(format_report(a, "t").find("Request goodput (req/s):"), std::string::npos);
+  for (const char* bad : {"ttft", "ttft:x", "ttft:-1", "itl:5", "ttft:1e999"}) EXPECT_THROW(parse_goodput({bad}), m3::Error) << bad;
+}
+
+// --percentile-metrics / --metric-percentiles: vLLM's defaults fill in for the list not given, the
+// report shows only the selected metrics with their mean, median and percentiles, the JSON gains
+// p<N>_<metric>_ms keys named as vLLM names them (99 -> p99, 99.9 -> p99.9).
+TEST(BenchMetrics, PercentileSelection) {
+  EXPECT_TRUE(parse_report_selection("", "").metrics.empty());
+  const ReportSelection d = parse_report_selection("", "50");
+  EXPECT_EQ(d.metrics, (std::vector<std::string>{"ttft", "tpot", "itl"}));
+  const ReportSelection s = parse_report_selection("ttft, e2el", "");
+  EXPECT_EQ(s.percentiles, std::vector<double>{99});
+  const ReportSelection p = parse_report_selection("e2el", "50,99.9");
+  const BenchMetrics m = compute_metrics(trace(), 2.0);
+  const auto j = metrics_json(m, p);
+  EXPECT_NEAR(j["p50_e2el_ms"].get<double>(), 200, 1e-9);
+  EXPECT_NEAR(j["p99.9_e2el_ms"].get<double>(), 200 + 200 * 0.998, 1e-6);  // numpy linear over 200, 200, 400
+  const std::string r = format_report(m, "t", p);
+  EXPECT_NE(r.find("P99.9 E2EL (ms):"), std::string::npos);
+  EXPECT_EQ(r.find("TTFT"), std::string::npos);
+  for (auto [mt, pc] : {std::pair<const char*, const char*>{"ttfb", ""}, {"", "0"}, {"", "101"}, {"", "x"}, {",", ""}})
+    EXPECT_THROW(parse_report_selection(mt, pc), m3::Error) << mt << " / " << pc;
 }
