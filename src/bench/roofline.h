@@ -37,6 +37,10 @@ struct MachineLimits {
 
 MachineLimits measure_limits(double probe_mib, int threads);
 
+// Throws m3::Error for a bad flag value (run_roofline checks them too): called before the model is
+// resolved, so a flag error never waits for a download.
+void check_roofline_options(const RooflineOptions& o);
+
 // Runs everything and prints the report to stdout.
 void run_roofline(const RooflineOptions& opt);
 

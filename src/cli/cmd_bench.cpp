@@ -81,6 +81,7 @@ void register_bench(CLI::App& app) {
   add_model_flags(r, *rflags);
   r->callback([ro, rflags] {
     ro->model = rflags->options();
+    bench::check_roofline_options(*ro);  // flag errors before a download
     ro->model_dir = resolve_model_dirs(rflags->ref, ro->model_dir).model;
     bench::run_roofline(*ro);
   });

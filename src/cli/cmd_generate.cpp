@@ -232,7 +232,8 @@ void register_generate(CLI::App& app) {
   add_tokenizer_ref_flags(sub, o->engine.model.ref);
   sub->callback([o] {
     if (o->input.empty() && o->prompt.empty()) throw Error("generate needs --prompt TEXT or --input FILE.jsonl");
-    o->engine.model.options();  // flag errors before a download
+    o->engine.resolve();  // flag errors before a download
+    o->engine.model.options();
     o->dirs = resolve_model_dirs(o->engine.model.ref, o->model);
     if (!o->input.empty()) {
       run_batch(*o);
