@@ -22,7 +22,8 @@ void add_model_ref_flags(CLI::App* app, ModelRefFlags& f) {
                   "(default $HF_HOME/hub, ~/.cache/huggingface/hub)");
   app->add_option("--hf-overrides", f.hf_overrides,
                   "JSON object merged into the checkpoint's config.json before it is read, e.g. "
-                  "'{\"max_position_embeddings\": 65536}' (sub-configs such as text_config are merged key by key)");
+                  "'{\"text_config\": {\"max_position_embeddings\": 65536}}' (sub-configs such as text_config are merged key "
+                  "by key, other keys replaced)");
 }
 
 void add_tokenizer_ref_flags(CLI::App* app, ModelRefFlags& f) {

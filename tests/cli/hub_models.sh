@@ -65,6 +65,8 @@ shard_sha=$(sha256sum "$SRC/model-00001-of-00002.safetensors" | cut -d' ' -f1)
 [ ! -e "$SNAP/special_tokens_map.json" ] || fail "a file the engine does not read was downloaded"
 grep -q "sha256 verified" "$TMP/run.log" || fail "no sha256 check reported: $(cat "$TMP/run.log")"
 grep -q "git blob sha1 verified" "$TMP/run.log" || fail "no git sha1 check reported"
+curl -sf "$HUB/_fake/log" | grep -q '"HEAD", "path": "/api/resolve-cache/models/' ||
+  fail "the relative redirect of a small file was not followed"
 
 # 2. Cached: the next online run fetches nothing (one API request).
 n0=$(hub_requests)
@@ -190,6 +192,11 @@ echo "$out" | grep -q '"text_completion"' || fail "completion: $out"
 kill $PID
 wait $PID 2>/dev/null || true
 PID=
+# generate: --tokenizer with --tokenizer-revision, from the cache offline.
+HF_HUB_OFFLINE=1 "$BIN" generate --model "$ID" --tokenizer Org/Tok --tokenizer-revision main --prompt hello \
+  --max-tokens 2 >"$TMP/gen.out" 2>"$TMP/run.log" || fail "generate with a Hub tokenizer: $(cat "$TMP/run.log")"
+grep -q -- "--tokenizer Org/Tok@main: .*models--Org--Tok/snapshots/.*(HF cache" "$TMP/run.log" ||
+  fail "tokenizer revision: $(cat "$TMP/run.log")"
 # --max-model-len past the overridden max_position_embeddings: the override is what the engine read.
 if "$BIN" serve "$ID" --port 0 --max-model-len 2048 --hf-overrides '{"text_config": {"max_position_embeddings": 1536}}' \
   >"$TMP/server.log" 2>&1; then fail "overridden max_position_embeddings ignored"; fi

@@ -4,7 +4,8 @@
 Serves checkpoint directories as model repositories with the Hub's request and answer shapes:
   GET  /api/models/ORG/NAME/revision/REV?blobs=true  -> {"id", "sha", "siblings": [{"rfilename", "size",
        "blobId", "lfs": {"sha256", "size", "pointerSize"}}]}  (REV: a branch, or the commit id)
-  HEAD|GET /ORG/NAME/resolve/REV/PATH -> small files: 200 with ETag (git blob sha1), X-Repo-Commit;
+  HEAD|GET /ORG/NAME/resolve/REV/PATH -> small files: 307 to the relative /api/resolve-cache/models/ORG/NAME/
+       COMMIT/PATH, which answers 200 with ETag (git blob sha1), X-Repo-Commit;
        *.safetensors (LFS): 302 to /_cdn/SHA256 with X-Linked-Etag (sha256), X-Linked-Size, X-Repo-Commit
   GET  /_cdn/SHA256 -> the bytes, with Range support (206 + Content-Range)
 Errors carry X-Error-Code as the Hub's do: RepoNotFound (401), RevisionNotFound (404), EntryNotFound
@@ -145,6 +146,8 @@ class Handler(BaseHTTPRequestHandler):
         parts = [unquote(p) for p in path.split("/")]
         if len(parts) >= 7 and parts[1] == "api" and parts[2] == "models" and parts[5] == "revision":
             return self.revision(parts[3] + "/" + parts[4], "/".join(parts[6:]))
+        if len(parts) >= 8 and parts[1:4] == ["api", "resolve-cache", "models"]:
+            return self.resolve(parts[4] + "/" + parts[5], parts[6], "/".join(parts[7:]), cached=True)
         if len(parts) >= 6 and parts[3] == "resolve":
             return self.resolve(parts[1] + "/" + parts[2], parts[4], "/".join(parts[5:]))
         self.error(404, "NotFound", "no such endpoint")
@@ -166,7 +169,7 @@ class Handler(BaseHTTPRequestHandler):
                 "gated": "manual" if repo_id in STATE.gated else False, "siblings": siblings}
         self.answer(200, json.dumps(body).encode())
 
-    def resolve(self, repo_id, rev, rel):
+    def resolve(self, repo_id, rev, rel, cached=False):
         denied = self.access(repo_id)
         if denied:
             return self.error(*denied)
@@ -183,6 +186,9 @@ class Handler(BaseHTTPRequestHandler):
             return self.answer(302, b"", {"Location": "%s://%s/_cdn/%s" % (scheme, host, sha), "X-Repo-Commit": r.commit,
                                           "X-Linked-Etag": '"%s"' % sha, "X-Linked-Size": str(len(data)),
                                           "ETag": '"%s"' % git_blob_sha1(b"pointer " + sha.encode())})
+        if not cached:  # the Hub sends small files through a relative redirect to its resolve cache
+            return self.answer(307, b"", {"Location": "/api/resolve-cache/models/%s/%s/%s" % (repo_id, r.commit, rel),
+                                          "X-Repo-Commit": r.commit})
         self.send_bytes(data, {"ETag": '"%s"' % git_blob_sha1(data), "X-Repo-Commit": r.commit})
 
     def send_bytes(self, data, headers=None):
