@@ -327,10 +327,11 @@ bool HubClient::download(const FileMeta& meta, const std::string& file, const fs
     if (last_error.empty() && size_or_zero(part) < meta.size) last_error = "the server closed the answer early";
   }
   const int64_t got = size_or_zero(part);
-  if (meta.size >= 0 && got < meta.size) {
+  if ((meta.size >= 0 && got < meta.size) || (meta.size < 0 && !last_error.empty())) {
     bar.finish("interrupted");
     throw Error("download of " + file + " from " + meta.url + " interrupted after " + std::to_string(got) + " of " +
-                std::to_string(meta.size) + " bytes" + (last_error.empty() ? "" : " (" + last_error + ")") +
+                (meta.size >= 0 ? std::to_string(meta.size) : std::string("an unknown number of")) + " bytes" +
+                (last_error.empty() ? "" : " (" + last_error + ")") +
                 "; the bytes are kept in " + part.string() + ": run again to resume");
   }
   if (meta.size >= 0 && got > meta.size) {
