@@ -5,7 +5,7 @@ JOBS       ?= $(shell nproc)
 # Debian packages the build and the tests need (installed by `make deps` when missing).
 DEB_PACKAGES = g++ cmake make pkg-config libgtest-dev libbenchmark-dev nlohmann-json3-dev \
                libcli11-dev libfmt-dev libpcre2-dev \
-               libcpp-httplib-dev libssl-dev zlib1g-dev libbrotli-dev libboost-dev curl python3 \
+               libcpp-httplib-dev libssl-dev ca-certificates zlib1g-dev libbrotli-dev libboost-dev curl python3 \
                libzmq3-dev cppzmq-dev libmsgpack-cxx-dev python3-zmq python3-msgpack nginx haproxy \
                libhiredis-dev redis-server
 DEMO_MODEL ?= $(BUILD)/demo-model

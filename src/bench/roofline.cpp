@@ -533,10 +533,16 @@ void print_steady_decode(const Bench& b, const StepTimes& st, const std::vector<
 
 }  // namespace
 
-void run_roofline(const RooflineOptions& o) {
-  if (o.threads > 0) omp_set_num_threads(o.threads);
+void check_roofline_options(const RooflineOptions& o) {
   if (o.context < 1 || o.prefill < 1) throw Error("--context and --prefill must be at least 1");
   if (o.compare_context < 0) throw Error("--compare-context must be at least 1 (0: off)");
+  parse_kv_dtype(o.kv_cache_dtype, "--kv-cache-dtype");
+  parse_kv_dtype(o.indexer_kv_dtype, "--indexer-kv-dtype");
+}
+
+void run_roofline(const RooflineOptions& o) {
+  check_roofline_options(o);
+  if (o.threads > 0) omp_set_num_threads(o.threads);
   const KVDtype kvd = parse_kv_dtype(o.kv_cache_dtype, "--kv-cache-dtype");
   const KVDtype ikd = parse_kv_dtype(o.indexer_kv_dtype, "--indexer-kv-dtype");
   const MachineLimits lim = measure_limits(o.probe_mib, o.threads);

@@ -26,6 +26,10 @@ struct RooflineOptions {
   ModelOptions model;                     // as `serve --nvfp4-activations`
 };
 
+// Throws m3::Error for a bad flag value (run_roofline checks them too): called before the model is
+// resolved, so a flag error never waits for a download.
+void check_roofline_options(const RooflineOptions& o);
+
 // Runs everything and prints the report to stdout.
 void run_roofline(const RooflineOptions& opt);
 

@@ -81,7 +81,7 @@ void register_bench(CLI::App& app) {
 
   auto ro = std::make_shared<bench::RooflineOptions>();
   CLI::App* r = b->add_subcommand("roofline", "Measure read bandwidth and FMA peak, then time decode / prefill per kernel class");
-  r->add_option("--model", ro->model_dir, "Model directory")->required();
+  r->add_option("--model", ro->model_dir, "Model directory or Hugging Face Hub id")->required();
   r->add_option("--context", ro->context, "Context tokens in the cache for the decode step")->capture_default_str();
   r->add_option("--prefill", ro->prefill, "Tokens in the prefill step")->capture_default_str();
   r->add_option("--compare-context", ro->compare_context,
@@ -98,6 +98,8 @@ void register_bench(CLI::App& app) {
   add_model_flags(r, *rflags);
   r->callback([ro, rflags] {
     ro->model = rflags->options();
+    bench::check_roofline_options(*ro);  // flag errors before a download
+    ro->model_dir = resolve_model_dirs(rflags->ref, ro->model_dir).model;
     bench::run_roofline(*ro);
   });
 }

@@ -28,6 +28,7 @@ using clock_type = std::chrono::steady_clock;
 
 struct Opts {
   std::string model, prompt, input, output;
+  ModelDirs dirs;  // model and tokenizer directories (MODEL resolved: directory or Hub id)
   int max_tokens = 64;
   SamplingParams sp = [] {
     SamplingParams p;
@@ -45,11 +46,11 @@ void run_single(Opts& o) {
   std::vector<std::string> ignored;
   EngineConfig ec = o.engine.resolve(&ignored);
   print_not_applicable(ignored);
-  Model model(o.model, o.engine.model.options());
+  Model model(o.dirs.model, o.engine.model.options());
   if (const std::string d = describe_model_flags(o.engine.model, model); !d.empty())
     std::fprintf(stderr, "[m3serve] %s\n", d.c_str());
   const ModelConfig& c = model.config();
-  Tokenizer tok = Tokenizer::from_dir(o.model);
+  Tokenizer tok = Tokenizer::from_dir(o.dirs.tokenizer);
   std::vector<int32_t> ids = tok.encode(o.prompt, !o.no_special);
   if (ids.empty()) throw Error("--prompt: encodes to no tokens");
   for (int32_t id : ids)
@@ -105,10 +106,10 @@ void run_batch(Opts& o) {
   std::vector<std::string> ignored;
   EngineConfig ec = o.engine.resolve(&ignored);
   print_not_applicable(ignored);
-  Model model(o.model, o.engine.model.options());
+  Model model(o.dirs.model, o.engine.model.options());
   if (const std::string d = describe_model_flags(o.engine.model, model); !d.empty())
     std::fprintf(stderr, "[m3serve] %s\n", d.c_str());
-  Tokenizer tok = Tokenizer::from_dir(o.model);
+  Tokenizer tok = Tokenizer::from_dir(o.dirs.tokenizer);
   std::ifstream in(o.input);
   if (!in) throw Error(o.input + ": cannot open");
   // A line that cannot run (bad JSON, a bad or unsupported field, more tokens than --max-model-len)
@@ -217,7 +218,7 @@ void run_batch(Opts& o) {
 void register_generate(CLI::App& app) {
   auto* sub = app.add_subcommand("generate", "Complete one prompt (streamed), or a JSONL file of requests in a batch");
   auto o = std::make_shared<Opts>();
-  sub->add_option("--model", o->model, "Checkpoint directory")->required();
+  sub->add_option("--model", o->model, "Checkpoint directory or Hugging Face Hub id (ORG/NAME)")->required();
   auto* prompt = sub->add_option("--prompt", o->prompt, "Prompt text (special tokens written in it are recognised)");
   auto* input = sub->add_option("--input", o->input, "JSONL requests: {\"prompt\"|\"prompt_token_ids\", sampling fields}");
   prompt->excludes(input);
@@ -230,7 +231,12 @@ void register_generate(CLI::App& app) {
   sub->add_flag("--ignore-eos", o->ignore_eos_flag, "Keep generating past the end-of-sequence token (--prompt)");
   sub->add_flag("--no-special", o->no_special, "Treat special-token text in the prompt as plain text (--prompt)");
   add_engine_flags(sub, o->engine);
+  add_tokenizer_ref_flags(sub, o->engine.model.ref);
   sub->callback([o] {
+    if (o->input.empty() && o->prompt.empty()) throw Error("generate needs --prompt TEXT or --input FILE.jsonl");
+    o->engine.resolve();  // flag errors before a download
+    o->engine.model.options();
+    o->dirs = resolve_model_dirs(o->engine.model.ref, o->model);
     if (!o->input.empty()) {
       run_batch(*o);
     } else if (!o->prompt.empty()) {

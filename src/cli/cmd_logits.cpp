@@ -40,7 +40,8 @@ void register_logits(CLI::App& app) {
     ModelFlags model_flags;
   };
   auto o = std::make_shared<Opts>();
-  sub->add_option("--model", o->model, "Checkpoint directory (config.json + safetensors)")->required();
+  sub->add_option("--model", o->model, "Checkpoint directory (config.json + safetensors) or Hugging Face Hub id")
+      ->required();
   sub->add_option("--tokens", o->tokens, "File of whitespace-separated token ids")->required();
   sub->add_option("--out", o->out, "Output file: raw little-endian float32 [n_tokens, vocab]")->required();
   sub->add_flag("--decode", o->decode, "Feed the tokens one at a time through the cache instead of one prefill");
@@ -48,7 +49,8 @@ void register_logits(CLI::App& app) {
       ->check(CLI::IsMember({"sparse", "oracle", "dense"}));
   add_model_flags(sub, o->model_flags);
   sub->callback([o] {
-    Model model(o->model, o->model_flags.options());
+    const ModelOptions mo = o->model_flags.options();  // flag errors before a download
+    Model model(resolve_model_dirs(o->model_flags.ref, o->model).model, mo);
     if (const std::string d = describe_model_flags(o->model_flags, model); !d.empty())
       std::fprintf(stderr, "[m3serve] %s\n", d.c_str());
     const auto ids = read_token_file(o->tokens);

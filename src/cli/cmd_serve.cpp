@@ -125,7 +125,8 @@ void run_serve(ServeOpts& o, CLI::App* sub) {
 
   if (!o.model.empty() && !o.model_flag.empty() && o.model != o.model_flag)
     throw Error("MODEL given twice: " + o.model + " and --model " + o.model_flag);
-  std::string dir = !o.model.empty() ? o.model : !o.model_flag.empty() ? o.model_flag : default_model_dir();
+  // The model as given (a directory or a Hub id): the API's model name, as vLLM's.
+  const std::string ref = !o.model.empty() ? o.model : !o.model_flag.empty() ? o.model_flag : default_model_dir();
 
   std::vector<std::string> na;
   auto note = [&](const char* flag) {
@@ -157,10 +158,13 @@ void run_serve(ServeOpts& o, CLI::App* sub) {
   if (!o.tool_call_parser.empty()) ctx.tool = chat::tool_format_from_name(o.tool_call_parser);
   ctx.enable_auto_tool_choice = o.enable_auto_tool_choice;
 
-  Model model(dir, o.engine.model.options());
+  const ModelOptions model_options = o.engine.model.options();  // flag errors before a download
+  const ModelDirs dirs = resolve_model_dirs(o.engine.model.ref, ref);
+  const std::string& dir = dirs.model;
+  Model model(dir, model_options);
   if (const std::string d = describe_model_flags(o.engine.model, model); !d.empty())
     std::fprintf(stderr, "[m3serve] %s\n", d.c_str());
-  Tokenizer tok = Tokenizer::from_dir(dir);
+  Tokenizer tok = Tokenizer::from_dir(dirs.tokenizer);
   Engine engine(model, &tok, ec);
   // The shared KV tier (--kv-transfer-config RedisConnector): pages written as computed, found by
   // every engine of the same model and cache layout.
@@ -186,21 +190,21 @@ void run_serve(ServeOpts& o, CLI::App* sub) {
     std::fprintf(stderr, "[m3serve] %s\n", kvc.describe().c_str());
   }
 
-  ctx.served_names = o.served_names.empty() ? std::vector<std::string>{dir} : o.served_names;
-  ctx.model_path = dir;
+  ctx.served_names = o.served_names.empty() ? std::vector<std::string>{ref} : o.served_names;
+  ctx.model_path = ref;
   ctx.tok = &tok;
   ctx.max_model_len = engine.max_model_len();
   ctx.vocab = model.config().vocab;
   ctx.eos_id = model.config().eos_id >= 0 ? model.config().eos_id : tok.eos_id();
   if (tok.bos_id() >= 0) ctx.bos_token = tok.token_bytes(tok.bos_id());
   if (tok.eos_id() >= 0) ctx.eos_token = tok.token_bytes(tok.eos_id());
-  const std::string tmpl = load_template(o.chat_template, dir);
+  const std::string tmpl = load_template(o.chat_template, dirs.tokenizer);
   if (!tmpl.empty()) ctx.chat_template = std::make_shared<chat::ChatTemplate>(tmpl);
   else std::fprintf(stderr, "[m3serve] warning: no chat template; /v1/chat/completions will answer 400\n");
   apply_generation_config(dir, ctx);
 
   std::fprintf(stderr, "[m3serve] %s\n", engine.describe().c_str());
-  std::fprintf(stderr, "[m3serve] model %s served as %s; reasoning parser %s, tool-call parser %s%s\n", dir.c_str(),
+  std::fprintf(stderr, "[m3serve] model %s served as %s; reasoning parser %s, tool-call parser %s%s\n", ref.c_str(),
                ctx.served_names.front().c_str(), o.reasoning_parser.empty() ? "none" : o.reasoning_parser.c_str(),
                o.tool_call_parser.empty() ? "none" : o.tool_call_parser.c_str(),
                o.enable_auto_tool_choice ? " (auto tool choice)" : "");
@@ -255,8 +259,10 @@ void run_serve(ServeOpts& o, CLI::App* sub) {
 void register_serve(CLI::App& app) {
   auto* sub = app.add_subcommand("serve", "OpenAI-compatible HTTP server (drop-in for `vllm serve`)");
   auto o = std::make_shared<ServeOpts>();
-  sub->add_option("MODEL", o->model, "Checkpoint directory (default: models/demo)");
-  sub->add_option("--model", o->model_flag, "Checkpoint directory (same as MODEL)");
+  sub->add_option("MODEL", o->model,
+                  "Checkpoint directory or Hugging Face Hub id ORG/NAME (from the HF cache, else downloaded; default: "
+                  "models/demo)");
+  sub->add_option("--model", o->model_flag, "Checkpoint directory or Hub id (same as MODEL)");
   sub->add_option("--host", o->host, "Address to listen on (default 127.0.0.1)");
   sub->add_option("--port", o->port, "Port (default 8000; 0 = any free port, printed at start)")
       ->check(CLI::Range(0, 65535));
@@ -272,7 +278,7 @@ void register_serve(CLI::App& app) {
       ->allow_extra_args(false)  // one value per occurrence: CLI11 would split a JSON list itself
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   sub->add_flag("--allow-credentials", o->allow_credentials, "CORS: allow credentialed requests (cookies, auth headers)");
-  sub->add_option("--served-model-name", o->served_names, "Model name(s) in the API (default: the MODEL path)")
+  sub->add_option("--served-model-name", o->served_names, "Model name(s) in the API (default: MODEL as given)")
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   sub->add_option("--chat-template", o->chat_template, "Chat template file (or inline template)");
   sub->add_option("--stream-interval", o->stream_interval, "Stream every N tokens (first and last at once)");
@@ -331,6 +337,7 @@ void register_serve(CLI::App& app) {
                   "(default 262144)")
       ->check(CLI::PositiveNumber);
   add_engine_flags(sub, o->engine);
+  add_tokenizer_ref_flags(sub, o->engine.model.ref);
   // vLLM flags without effect here (reported at start when they ask for GPUs or several processes).
   sub->add_option("--tensor-parallel-size", o->tp, "Not applicable (one CPU process)");
   sub->add_option("--data-parallel-size", o->dp, "Not applicable");

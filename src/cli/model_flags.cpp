@@ -16,6 +16,7 @@ ModelOptions ModelFlags::options() const {
   o.mxfp8_bf16_activations = mxfp8_activations == "bf16";
   if (mmap && no_mmap) throw Error("--mmap and --no-mmap contradict each other: give at most one");
   o.weight_memory = no_mmap ? WeightMemory::Ram : mmap ? WeightMemory::Mmap : WeightMemory::Auto;
+  o.config_overrides = ref.config_overrides();
   return o;
 }
 
@@ -40,6 +41,7 @@ void add_model_flags(CLI::App* app, ModelFlags& f) {
   app->add_flag("--mmap", f.mmap,
                 "map the checkpoint instead (immediate start when the files are in the page cache, shared "
                 "between processes, evictable). Default when the checkpoint does not fit in memory as above");
+  add_model_ref_flags(app, f.ref);
 }
 
 std::string describe_model_flags(const ModelFlags& f, const Model& m) {

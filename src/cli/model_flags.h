@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>
 #include <string>
 
+#include "cli/model_ref_flags.h"
 #include "model/model.h"
 
 namespace m3::cli {
@@ -12,6 +13,7 @@ struct ModelFlags {
   std::string mxfp8_activations = "fp32";  // fp32 (exact) or bf16
   bool no_mmap = false;                     // read the weights into memory (default: when they fit)
   bool mmap = false;                        // map the checkpoint instead
+  ModelRefFlags ref;                        // where the checkpoint comes from; --hf-overrides
   ModelOptions options() const;
 };
 

@@ -24,13 +24,38 @@ const char* weight_format_name(WeightFormat f) {
 }
 
 
-ModelConfig ModelConfig::from_dir(const std::string& dir) {
+namespace {
+
+void merge_overrides(json& cfg, const json& over) {
+  for (const auto& [key, value] : over.items()) {
+    const bool sub_config = key.size() > 7 && key.compare(key.size() - 7, 7, "_config") == 0 &&
+                            key != "quantization_config" && value.is_object() && cfg.contains(key) &&
+                            cfg[key].is_object();
+    if (sub_config) merge_overrides(cfg[key], value);
+    else cfg[key] = value;
+  }
+}
+
+}  // namespace
+
+std::string ModelConfig::merge_config_overrides(const std::string& text, const std::string& overrides,
+                                                const std::string& where) {
+  json cfg = json::parse(text, nullptr, false);
+  if (!cfg.is_object()) throw Error(where + ": expected a JSON object (to apply --hf-overrides to)");
+  const json over = json::parse(overrides, nullptr, false);
+  if (!over.is_object()) throw Error("--hf-overrides: expected a JSON object, got " + overrides);
+  merge_overrides(cfg, over);
+  return cfg.dump();
+}
+
+ModelConfig ModelConfig::from_dir(const std::string& dir, const std::string& overrides) {
   const std::string path = (std::filesystem::path(dir) / "config.json").string();
   std::ifstream in(path);
   if (!in) throw Error(path + ": cannot open (a model directory needs config.json)");
   std::stringstream ss;
   ss << in.rdbuf();
-  ModelConfig c = from_json_text(ss.str(), path);
+  ModelConfig c = from_json_text(overrides.empty() ? ss.str() : merge_config_overrides(ss.str(), overrides, path),
+                                 overrides.empty() ? path : path + " with --hf-overrides");
   c.dir = dir;
   return c;
 }

@@ -59,9 +59,17 @@ struct ModelConfig {
 
   std::string dir;  // checkpoint directory
 
-  static ModelConfig from_dir(const std::string& dir);
+  // `overrides`: a JSON object merged into config.json before it is read (vLLM's --hf-overrides; see
+  // merge_config_overrides); empty: none.
+  static ModelConfig from_dir(const std::string& dir, const std::string& overrides = "");
   // Parses config.json text; `where` names the file in messages.
   static ModelConfig from_json_text(const std::string& text, const std::string& where);
+  // config.json text with `overrides` (a JSON object's text) merged in, as vLLM applies hf_overrides:
+  // a key naming a sub-config (text_config, vision_config, ...: an object under a key ending in
+  // "_config", except quantization_config, a plain dict in transformers) is merged key by key,
+  // recursively; any other key is replaced whole.
+  static std::string merge_config_overrides(const std::string& text, const std::string& overrides,
+                                            const std::string& where);
 
   bool any_sparse() const;
   int group_size() const { return n_heads / n_kv_heads; }

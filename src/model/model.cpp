@@ -13,7 +13,7 @@
 
 namespace m3 {
 
-Model::Model(const std::string& dir, const ModelOptions& opt) : cfg_(ModelConfig::from_dir(dir)) {
+Model::Model(const std::string& dir, const ModelOptions& opt) : cfg_(ModelConfig::from_dir(dir, opt.config_overrides)) {
   if (opt.nvfp4_int8_activations && opt.nvfp4_bf16_activations)
     throw Error("NVFP4 activations: int8 and bf16 exclude each other (--nvfp4-activations takes one)");
   weights_ = std::make_unique<Weights>(cfg_, opt.weight_memory);

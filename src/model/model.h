@@ -40,6 +40,8 @@ struct ModelOptions {
   // Auto (default): read into huge-page memory when the checkpoint fits comfortably, else mapped;
   // Mmap (`--mmap`) / Ram (`--no-mmap`) force one (see formats/safetensors.h).
   WeightMemory weight_memory = WeightMemory::Auto;
+  // A JSON object merged into config.json before it is read (--hf-overrides); empty: none.
+  std::string config_overrides;
 };
 
 class Model {

@@ -2,8 +2,8 @@
 # Every `vllm serve` command line of the vLLM recipe for MiniMax-M3.1-Flash (tests/data/recipe, a copy
 # of the recipe's JSON: its recommended command, the runbook's commands, and each per-hardware,
 # per-feature and per-preset argument list appended to the recommended command, as the recipe's
-# builder composes them) starts `m3serve serve` with the model path in place of the Hugging Face id:
-# the server reaches "listening" (GPU-only options are accepted and reported, never an error), and an
+# builder composes them) starts `m3serve serve` verbatim, the Hugging Face id found offline in a cache
+# that holds the tiny checkpoint (as after `huggingface-cli download`): the server reaches "listening" (GPU-only options are accepted and reported, never an error), and an
 # option given twice takes its last value as in vLLM. A tiny M3.1 checkpoint with a DSpark draft stands
 # in for the real one; the port is 0 and the KV cache small. Each server is killed once it listens.
 # Usage: recipe_commands.sh <m3serve> <tests/data> <tmpdir>
@@ -18,6 +18,12 @@ fail() { echo "FAIL: $*" >&2; [ -f "$TMP/server.log" ] && { echo "--- server log
 
 "$BIN" make-model --layout m31 --preset tiny --seed 3 --dspark-layers 1 --out "$TMP/model" 2>/dev/null
 cp "$DATA/chat/MiniMax-M3.jinja" "$TMP/model/chat_template.jinja"
+commit=0123456789abcdef0123456789abcdef01234567
+hf=$TMP/hf/models--MiniMaxAI--MiniMax-M3.1-Flash
+mkdir -p "$hf/snapshots" "$hf/refs"
+ln -s "$TMP/model" "$hf/snapshots/$commit"
+echo -n $commit >"$hf/refs/main"
+export HF_HUB_OFFLINE=1 HF_HUB_CACHE=$TMP/hf
 
 # One shell-quoted argument list per line (the arguments after `vllm serve`).
 python3 - "$DATA/recipe/MiniMax-M3.1-Flash.recipe.json" >"$TMP/commands.txt" <<'PY'
@@ -62,9 +68,6 @@ while IFS= read -r line; do
   i=$((i + 1))
   eval "args=($line)"
   for j in "${!args[@]}"; do
-    case "${args[$j]}" in
-      MiniMaxAI/MiniMax-M3.1-Flash) args[$j]="$TMP/model" ;;
-    esac
     if [ "$j" -gt 0 ] && [ "${args[$((j - 1))]}" = --port ]; then args[$j]=0; fi
   done
   # A `json_args` speculative config carries only the keys it changes; the recipe merges it into the
@@ -80,12 +83,15 @@ while IFS= read -r line; do
   done
   # The recipe serves --max-model-len 1048576: one sequence of that length must fit the pool (checked at
   # start, as vLLM does), about 0.5 GiB of KV for the tiny model (more with the draft's).
+  # The previous command's log goes first: its "listening" line must not pass for this server's.
+  rm -f "$TMP/server.log"
   "$BIN" serve "${args[@]}" --port 0 --kv-cache-memory 1 >"$TMP/server.log" 2>&1 &
   PID=$!
   wait_server_port "$TMP/server.log" $PID
   kill -9 $PID 2>/dev/null || true
   wait $PID 2>/dev/null || true
   if grep -q 'error' "$TMP/server.log"; then fail "command $i: $line"; fi
+  grep -q 'MODEL MiniMaxAI/MiniMax-M3.1-Flash: .*(HF cache' "$TMP/server.log" || fail "command $i: the id was not found in the cache"
 done <"$TMP/commands.txt"
 [ "$i" = "$n" ] || fail "ran $i of $n commands"
 
