@@ -17,7 +17,6 @@
 #include "formats/error.h"
 #include "kernels/cpu/dispatch.h"
 #include "model/model.h"
-#include "engine/output_processor.h"
 #include "tokenizer/tokenizer.h"
 
 namespace m3::cli {
@@ -63,10 +62,9 @@ void run_single(Opts& o) {
   Engine engine(model, &tok, ec);
   if (engine.speculative()) std::fprintf(stderr, "[m3serve] %s\n", engine.describe().c_str());
   SamplingParams sp = o.sp;
-  engine.add_request("0", ids, sp);
-  OutputOptions shown;  // special tokens printed, no stop strings (--prompt has none)
+  TextOptions shown;  // special tokens printed (--prompt has no stop strings)
   shown.skip_special = false;
-  OutputProcessor text(&tok, shown);
+  engine.add_request("0", ids, sp, shown);
   size_t generated = 0;
   std::string finish = "length";
   const auto t0 = clock_type::now();
@@ -74,17 +72,12 @@ void run_single(Opts& o) {
   while (engine.has_work()) {
     for (const RequestOutput& r : engine.step()) {
       if (generated == 0 && !r.new_tokens.empty()) t1 = clock_type::now();
-      for (int32_t t : r.new_tokens) {
-        const std::string piece = text.push_token(t);
-        std::fwrite(piece.data(), 1, piece.size(), stdout);
-      }
+      std::fwrite(r.new_text.data(), 1, r.new_text.size(), stdout);
       std::fflush(stdout);
       generated += r.new_tokens.size();
       if (r.finished) finish = finish_reason_name(r.finish_reason);
     }
   }
-  const std::string rest = text.finish(false);
-  std::fwrite(rest.data(), 1, rest.size(), stdout);
   std::fputc('\n', stdout);
   const auto t2 = clock_type::now();
   const double pre_s = std::chrono::duration<double>(t1 - t0).count();

@@ -195,7 +195,6 @@ void run_serve(ServeOpts& o, CLI::App* sub) {
   ctx.tok = &tok;
   ctx.max_model_len = engine.max_model_len();
   ctx.vocab = model.config().vocab;
-  ctx.eos_id = model.config().eos_id >= 0 ? model.config().eos_id : tok.eos_id();
   if (tok.bos_id() >= 0) ctx.bos_token = tok.token_bytes(tok.bos_id());
   if (tok.eos_id() >= 0) ctx.eos_token = tok.token_bytes(tok.eos_id());
   const std::string tmpl = load_template(o.chat_template, dirs.tokenizer);

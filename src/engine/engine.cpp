@@ -226,7 +226,8 @@ std::string Engine::describe() const {
   return o.str();
 }
 
-void Engine::add_request(const std::string& id, std::vector<int32_t> prompt, const SamplingParams& params) {
+void Engine::add_request(const std::string& id, std::vector<int32_t> prompt, const SamplingParams& params,
+                         const TextOptions& text) {
   params.validate();
   if (seqs_.count(id)) throw Error("request id \"" + id + "\" is already in use");
   if (prompt.empty()) throw Error("the prompt is empty (at least one token is needed)");
@@ -255,7 +256,8 @@ void Engine::add_request(const std::string& id, std::vector<int32_t> prompt, con
   if (!s->params.has_seed) s->params.seed = std::random_device{}() ^ (uint64_t(std::random_device{}()) << 32);
   s->sampler = Sampler(s->params);
   if (tok_) {
-    OutputOptions oo;  // special tokens skipped, text released at once, the stop string left out
+    OutputOptions oo;
+    static_cast<TextOptions&>(oo) = text;
     oo.stop = s->params.stop;
     s->text = std::make_unique<OutputProcessor>(tok_, std::move(oo));
   }
@@ -283,17 +285,33 @@ bool Engine::reset_prefix_cache() {
   return true;
 }
 
-bool Engine::abort(const std::string& id) {
+bool Engine::abort(const std::string& id, RequestOutput* out) {
   auto it = seqs_.find(id);
   if (it == seqs_.end()) return false;
+  if (out) {
+    // Only the text: an abort carries no tokens, and the counts the client has seen stay as they were.
+    *out = RequestOutput{};
+    out->request_id = id;
+    finish_text(it->second.get(), *out);
+    out->finished = true;
+    out->finish_reason = FinishReason::Abort;
+  }
   sched_->remove(it->second.get());
   seqs_.erase(it);
   return true;
 }
 
+void Engine::finish_text(Sequence* s, RequestOutput& out) {
+  if (!s->text) return;
+  out.new_text += s->text->finish();
+  // Also a stop string matched only in the detokenizer's last bytes: the text is cut there, though
+  // the limit that ended the request stays its finish reason.
+  if (const std::string* st = s->text->stop_string()) out.stop_string = *st;
+}
+
 void Engine::finish(Sequence* s, FinishReason r, RequestOutput& out) {
   s->finish = r;
-  if (s->text && r != FinishReason::Stop) out.new_text += s->text->finish(false);
+  finish_text(s, out);
   sched_->finish(s);
   out.finished = true;
   out.finish_reason = r;
@@ -303,15 +321,18 @@ void Engine::finish(Sequence* s, FinishReason r, RequestOutput& out) {
 bool Engine::check_stop(Sequence* s, RequestOutput& out) {
   const int32_t t = s->output.back();
   const SamplingParams& p = s->params;
-  if (s->text) {
+  const bool stop_id = std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), t) != p.stop_token_ids.end();
+  const bool stop_token = (t == eos_ && !p.ignore_eos) || stop_id;
+  // An ending token whose text is left out cannot complete a stop string either.
+  if (s->text && !(stop_token && !s->text->options().stop_token_text)) {
     out.new_text += s->text->push_token(t);
     if (s->text->stopped()) {
       finish(s, FinishReason::Stop, out);
       return true;
     }
   }
-  if ((t == eos_ && !p.ignore_eos) ||
-      std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), t) != p.stop_token_ids.end()) {
+  if (stop_token) {
+    if (stop_id) out.stop_token = t;
     finish(s, FinishReason::Stop, out);
     return true;
   }

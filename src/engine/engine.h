@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -54,9 +55,13 @@ struct RequestOutput {
   std::string request_id;
   std::vector<int32_t> new_tokens;
   std::vector<TokenLogprob> new_logprobs;
-  std::string new_text;  // text delta (special tokens skipped, stop string excluded)
+  std::string new_text;  // text delta, made as the request's TextOptions ask
   bool finished = false;
   FinishReason finish_reason = FinishReason::None;
+  // Why a finished request stopped (vLLM's stop_reason): the stop string matched in its text, or the
+  // stop_token_ids id it ended on; neither for end-of-sequence, the length limit or an abort.
+  std::optional<std::string> stop_string;
+  std::optional<int32_t> stop_token;
   int64_t num_prompt_tokens = 0;
   int64_t num_cached_tokens = 0;
 };
@@ -86,16 +91,20 @@ struct EngineStats {
 
 class Engine {
  public:
-  // `tok` (may be null) is needed for stop strings and text deltas.
+  // `tok` (may be null) is needed for stop strings and text deltas: the engine is the one place a
+  // request's text is made (OutputProcessor), so that it stops the moment a stop string is matched.
   Engine(Model& model, const Tokenizer* tok, const EngineConfig& cfg);
   ~Engine();
 
   // Queues a request. Throws m3::Error for an invalid one (empty prompt, prompt + max_tokens over
   // max-model-len, bad params, duplicate id). Every request accepted runs to completion: at most
   // max-model-len tokens, which the pool holds alone.
-  void add_request(const std::string& id, std::vector<int32_t> prompt, const SamplingParams& params);
-  // Ends a request at once and frees its pages; returns false if it is unknown or finished.
-  bool abort(const std::string& id);
+  // `text`: how its text deltas are made (special tokens, stop string kept, held back for streams).
+  void add_request(const std::string& id, std::vector<int32_t> prompt, const SamplingParams& params,
+                   const TextOptions& text = {});
+  // Ends a request at once and frees its pages; returns false if it is unknown or finished. `out`
+  // (may be null) gets its final output: finished, Abort, and the text that was still held back.
+  bool abort(const std::string& id, RequestOutput* out = nullptr);
   // Runs one step; returns the outputs of the requests that advanced or finished.
   std::vector<RequestOutput> step();
   bool has_work() const { return sched_->has_work(); }
@@ -129,6 +138,7 @@ class Engine {
 
  private:
   void finish(Sequence* s, FinishReason r, RequestOutput& out);
+  void finish_text(Sequence* s, RequestOutput& out);  // the text held back at the end, released
   void flush_kv_events();
   void setup_tiers();
   KvPageCodec& codec();  // made on first use

@@ -12,16 +12,7 @@ OutputProcessor::OutputProcessor(const Tokenizer* tok, OutputOptions opt) : opt_
 
 std::string OutputProcessor::push_token(int32_t t) { return push_text(detok_->push(t), false); }
 
-std::string OutputProcessor::finish(bool match_stop) {
-  if (!detok_) return push_text({}, true);
-  std::string rest = detok_->flush();
-  if (match_stop) return push_text(rest, true);
-  if (stopped()) return {};
-  buf_ += rest;
-  std::string out = buf_.substr(released_);
-  released_ = buf_.size();
-  return out;
-}
+std::string OutputProcessor::finish() { return push_text(detok_ ? detok_->flush() : std::string(), true); }
 
 std::string OutputProcessor::push_text(std::string_view text, bool final) {
   if (stopped()) return {};

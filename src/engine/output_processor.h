@@ -1,7 +1,7 @@
 // OutputProcessor: one request's generated text as its tokens arrive: incremental detokenisation and
-// stop strings, in one place for every consumer. The engine ends a request on a stop string with it;
-// the server's choices (server/choice_state) stream their text through it, with the client's options;
-// `generate --prompt` prints through it.
+// stop strings, in one place (as vLLM v1's output processor). It runs only in the engine, which ends a
+// request the moment a stop string is matched; every consumer (the server's choices, `generate`)
+// reads the engine's text deltas, made as the request's TextOptions ask.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -14,13 +14,25 @@
 
 namespace m3 {
 
-struct OutputOptions {
+// How a request's text is made: given with each engine request beside its SamplingParams (whose
+// stop strings it is matched against). The defaults are `generate --input`'s.
+struct TextOptions {
+  // Special tokens left out of the text. Stop strings are matched on the text as made (vLLM: on the
+  // output detokenised with the request's skip_special_tokens), so with special tokens kept (the
+  // server's reasoning / tool-call parsers need their markers) a stop string may match a marker.
   bool skip_special = true;
-  std::vector<std::string> stop;
   bool include_stop_str = false;  // the matched stop string stays in the text
   // Streams to clients hold back what could still become a stop string, so no part of one is sent;
-  // the engine releases text at once (its deltas are what `generate --input` writes).
+  // otherwise text is released at once.
   bool hold_back = false;
+  // The text of the token that ended the request by its id (end-of-sequence or stop_token_ids) is
+  // part of the output; the server leaves it out of the message.
+  bool stop_token_text = true;
+};
+
+// The processor's whole configuration: the text options and the stop strings.
+struct OutputOptions : TextOptions {
+  std::vector<std::string> stop;
 };
 
 class OutputProcessor {
@@ -32,11 +44,11 @@ class OutputProcessor {
   std::string push_token(int32_t t);
   // Already detokenised text; `final`: nothing more comes, so nothing is held back.
   std::string push_text(std::string_view text, bool final);
-  // The detokenizer's held-back bytes at the end (an unfinished character becomes U+FFFD), released.
-  // `match_stop`: looked for stop strings in too (the server's choices); the engine has decided the
-  // finish reason already and releases them as they are.
-  std::string finish(bool match_stop);
+  // At the end: the detokenizer's held-back bytes (an unfinished character becomes U+FFFD) through
+  // the stop strings too, and whatever was held back, released.
+  std::string finish();
 
+  const OutputOptions& options() const { return opt_; }
   bool stopped() const { return stop_ != nullptr; }
   const std::string* stop_string() const { return stop_; }  // the stop string that ended the text
 

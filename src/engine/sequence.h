@@ -33,7 +33,7 @@ struct Sequence {
   enum class Status { Waiting, Running, Finished } status = Status::Waiting;
   FinishReason finish = FinishReason::None;
 
-  // Output text (special tokens skipped) for stop strings; null without a tokenizer.
+  // Its output text, as its TextOptions ask, cut at a stop string; null without a tokenizer.
   std::unique_ptr<OutputProcessor> text;
   std::vector<TokenLogprob> logprobs;
 

@@ -157,7 +157,7 @@ void AsyncEngine::loop() {
       std::vector<std::string> added;
       try {
         for (auto& r : p->reqs) {
-          engine_.add_request(r.id, r.prompt, r.params);
+          engine_.add_request(r.id, r.prompt, r.params, r.text);
           added.push_back(r.id);
         }
         const auto now = std::chrono::steady_clock::now();
@@ -172,13 +172,8 @@ void AsyncEngine::loop() {
     done_cv_.notify_all();
     std::vector<RequestOutput> aborted;
     for (auto& id : aborts_) {
-      if (tracks_.count(id) && engine_.abort(id)) {
-        RequestOutput o;
-        o.request_id = id;
-        o.finished = true;
-        o.finish_reason = FinishReason::Abort;
-        aborted.push_back(std::move(o));
-      }
+      RequestOutput o;
+      if (tracks_.count(id) && engine_.abort(id, &o)) aborted.push_back(std::move(o));
     }
     aborts_.clear();
     dispatch(aborted);
@@ -210,11 +205,12 @@ void AsyncEngine::loop() {
   }
   // Stopping (or dead): abort everything left so every stream ends.
   for (auto& [id, t] : tracks_) {
-    engine_.abort(id);
     RequestOutput o;
-    o.request_id = id;
-    o.finished = true;
-    o.finish_reason = FinishReason::Abort;
+    if (!engine_.abort(id, &o)) {  // unknown to the engine: the stream still ends
+      o.request_id = id;
+      o.finished = true;
+      o.finish_reason = FinishReason::Abort;
+    }
     t.stream->push(std::move(o));
   }
   tracks_.clear();

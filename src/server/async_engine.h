@@ -44,6 +44,7 @@ struct EngineRequest {
   std::string id;
   std::vector<int32_t> prompt;
   SamplingParams params;
+  TextOptions text;  // how the engine makes its text deltas
 };
 
 class AsyncEngine {

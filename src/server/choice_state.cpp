@@ -5,20 +5,26 @@
 
 namespace m3::server {
 
-namespace {
-// The parsers read special tokens (think and tool-call tags), so they are kept for them.
-OutputOptions text_options(const ChoiceOptions& o) {
-  OutputOptions t;
+TextOptions choice_text_options(const ChoiceOptions& o) {
+  TextOptions t;
   t.skip_special = o.reasoning || o.tool ? false : o.skip_special;
-  t.stop = o.stop;
   t.include_stop_str = o.include_stop_str;
   t.hold_back = true;
+  t.stop_token_text = false;
+  return t;
+}
+
+namespace {
+OutputOptions raw_text_options(const ChoiceOptions& o) {
+  OutputOptions t;
+  static_cast<TextOptions&>(t) = choice_text_options(o);
+  t.stop = o.stop;
   return t;
 }
 }  // namespace
 
-ChoiceState::ChoiceState(const Tokenizer* tok, ChoiceOptions opt)
-    : tok_(tok), opt_(std::move(opt)), text_(tok, text_options(opt_)) {
+ChoiceState::ChoiceState(const Tokenizer*, ChoiceOptions opt)
+    : opt_(std::move(opt)), raw_text_(nullptr, raw_text_options(opt_)) {
   if (opt_.reasoning) rp_ = std::make_unique<chat::ReasoningParser>(*opt_.reasoning, opt_.reasoning_start);
   if (opt_.tool) {
     chat::ToolParserOptions to;
@@ -64,23 +70,9 @@ std::vector<chat::ToolCall> ChoiceState::tool_calls() const {
 ChoiceDelta ChoiceState::on_output(const RequestOutput& out) {
   prompt_tokens = out.num_prompt_tokens;
   cached_tokens = out.num_cached_tokens;
-  std::string text;
-  std::optional<int32_t> stop_token;
-  const size_t n = out.new_tokens.size();
-  for (size_t i = 0; i < n; ++i) {
-    const int32_t t = out.new_tokens[i];
-    tokens.push_back(t);
-    const bool is_stop_id = std::find(opt_.stop_token_ids.begin(), opt_.stop_token_ids.end(), t) !=
-                            opt_.stop_token_ids.end();
-    if (out.finished && out.finish_reason == FinishReason::Stop && i + 1 == n &&
-        (is_stop_id || t == opt_.eos_id)) {
-      if (is_stop_id) stop_token = t;
-      continue;  // the end token is not part of the text
-    }
-    if (tok_ && tok_->is_valid(t)) text += text_.push_token(t);
-  }
-  if (out.finished) text += text_.finish(true);
-  ChoiceDelta d = parse(std::move(text), out.finished, out.finish_reason, stop_token);
+  tokens.insert(tokens.end(), out.new_tokens.begin(), out.new_tokens.end());
+  if (out.stop_string) stop_reason = *out.stop_string;
+  ChoiceDelta d = parse(out.new_text, out.finished, out.finish_reason, out.stop_token);
   d.tokens = out.new_tokens;
   d.logprobs = out.new_logprobs;
   logprobs.insert(logprobs.end(), out.new_logprobs.begin(), out.new_logprobs.end());
@@ -89,12 +81,13 @@ ChoiceDelta ChoiceState::on_output(const RequestOutput& out) {
 
 ChoiceDelta ChoiceState::on_text(std::string_view raw, bool fin, FinishReason reason,
                                  std::optional<int32_t> stop_token) {
-  return parse(text_.push_text(raw, fin), fin, reason, stop_token);
+  std::string feed = raw_text_.push_text(raw, fin);
+  if (const std::string* st = raw_text_.stop_string()) stop_reason = *st;
+  return parse(std::move(feed), fin, reason, stop_token);
 }
 
 ChoiceDelta ChoiceState::parse(std::string feed, bool fin, FinishReason reason, std::optional<int32_t> stop_token) {
   ChoiceDelta d;
-  if (const std::string* st = text_.stop_string()) stop_reason = *st;
   std::string content_piece;
   if (rp_) {
     chat::ReasoningDelta rd = rp_->feed(feed);

@@ -1,7 +1,7 @@
-// ChoiceState: one choice of a response as its engine outputs arrive: detokenises them (special
-// tokens kept when the reasoning or tool-call parser reads them), applies the client's stop strings,
-// runs the parsers and keeps what the final message needs; each output yields the ChoiceDelta a
-// stream chunk carries.
+// ChoiceState: one choice of a response as its engine outputs arrive: runs the engine's text deltas
+// (made by the engine's OutputProcessor as choice_text_options asks: special tokens kept when the
+// reasoning or tool-call parser reads them, cut at the client's stop strings) through the parsers and
+// keeps what the final message needs; each output yields the ChoiceDelta a stream chunk carries.
 #pragma once
 #include <cstdint>
 #include <map>
@@ -30,9 +30,7 @@ struct ChoiceOptions {
   std::optional<chat::ToolFormat> tool;
   nlohmann::json tools;  // request tools (for typing arguments)
   bool parallel_tool_calls = true;
-  std::vector<std::string> stop;
-  std::vector<int32_t> stop_token_ids;
-  int32_t eos_id = -1;
+  std::vector<std::string> stop;  // the request's (SamplingParams::stop); on_text applies them
   bool include_stop_str = false;
   // tool_choice "required" / a named function: the tool-call markup forced into the prompt after
   // the generation prompt, fed to the tool parser before the generated text so it sees whole calls.
@@ -40,6 +38,12 @@ struct ChoiceOptions {
   // Non-empty: calls naming other functions are dropped (tool_choice "required" validates names).
   std::vector<std::string> allowed_tool_names;
 };
+
+// How the engine makes a choice's text (EngineRequest::text). The parsers read special tokens (think
+// and tool-call tags), so they are kept for them, and the client's stop strings are matched on that
+// same text, as vLLM matches them on the text it detokenises for the request. Text that could still
+// become a stop string is held back, and the ending token's text is not part of the message.
+TextOptions choice_text_options(const ChoiceOptions& o);
 
 // What one engine output adds to a choice.
 struct ChoiceDelta {
@@ -51,12 +55,15 @@ struct ChoiceDelta {
   bool empty() const { return content.empty() && reasoning.empty() && tool_calls.empty() && logprobs.empty(); }
 };
 
-// The state of one choice: its text (OutputProcessor), parsers, and the accumulated result.
+// The state of one choice: its parsers and the accumulated result.
 class ChoiceState {
  public:
+  // `tok` is not read: the engine makes the text (the parameter stays for the callers).
   ChoiceState(const Tokenizer* tok, ChoiceOptions opt);
+  // An engine output of a request made with choice_text_options(opt).
   ChoiceDelta on_output(const RequestOutput& out);
-  // Text-level entry (also for tests): `raw` is detokenised text with special tokens kept.
+  // Text-level entry (tests): `raw` is text with special tokens kept, cut at the stop strings as the
+  // engine would cut it.
   ChoiceDelta on_text(std::string_view raw, bool finished, FinishReason reason,
                       std::optional<int32_t> stop_token = std::nullopt);
 
@@ -72,16 +79,15 @@ class ChoiceState {
   bool has_tool_parser() const { return bool(tp_); }
 
  private:
-  const Tokenizer* tok_;
   ChoiceOptions opt_;
-  OutputProcessor text_;  // detokenisation and the client's stop strings
+  OutputProcessor raw_text_;  // on_text's stop strings (text only: no detokenisation)
   std::unique_ptr<chat::ReasoningParser> rp_;
   std::unique_ptr<chat::ToolParser> tp_;
   std::vector<chat::ToolCallDelta> forced_deltas_;  // from forced_tool_text, sent with the first output
   std::map<int, int> call_index_;                   // parser index -> output index (-1: dropped name)
   std::vector<chat::ToolCallDelta> filter_calls(std::vector<chat::ToolCallDelta> in);
   bool name_allowed(const std::string& name) const;
-  // Runs text released by text_ through the parsers into the choice.
+  // Runs released text through the parsers into the choice.
   ChoiceDelta parse(std::string feed, bool finished, FinishReason reason, std::optional<int32_t> stop_token);
 };
 

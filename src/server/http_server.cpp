@@ -106,6 +106,7 @@ std::shared_ptr<Call> start_call(AsyncEngine& ae, const ServerContext& ctx, Pars
       r.id = c->id + "-" + std::to_string(c->choices.size());
       r.prompt = c->pr.prompts[p];
       r.params = c->pr.params;
+      r.text = choice_text_options(c->pr.choice);
       if (r.params.has_seed) r.params.seed += uint64_t(j);  // distinct samples per choice, reproducible
       c->index[r.id] = c->choices.size();
       c->ids.push_back(r.id);
@@ -232,6 +233,8 @@ void merge_into(RequestOutput& held, RequestOutput&& o) {
   held.new_text += o.new_text;
   held.finished = o.finished;
   held.finish_reason = o.finish_reason;
+  held.stop_string = o.stop_string;
+  held.stop_token = o.stop_token;
   held.num_prompt_tokens = o.num_prompt_tokens;
   held.num_cached_tokens = o.num_cached_tokens;
 }

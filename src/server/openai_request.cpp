@@ -79,8 +79,6 @@ void parse_sampling(const ojson& b, const ServerContext& ctx, ParsedRequest& r) 
   r.choice.skip_special = opt_bool(b, "skip_special_tokens").value_or(true);
   r.choice.include_stop_str = opt_bool(b, "include_stop_str_in_output").value_or(false);
   r.choice.stop = p.stop;
-  r.choice.stop_token_ids = p.stop_token_ids;
-  r.choice.eos_id = ctx.eos_id;
   if (const ojson* rf = field(b, "response_format")) {
     if (!rf->is_object()) throw bad_request("'response_format' must be an object", "response_format");
     auto t = opt_str(*rf, "type").value_or("text");

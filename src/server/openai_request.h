@@ -20,7 +20,6 @@ struct ServerContext {
   const Tokenizer* tok = nullptr;
   int64_t max_model_len = 0;
   int64_t vocab = 0;  // model vocabulary (prompt ids must be below it)
-  int32_t eos_id = -1;
   std::shared_ptr<const chat::ChatTemplate> chat_template;  // null: no template
   std::string bos_token, eos_token;
   std::optional<chat::ReasoningFormat> reasoning;
