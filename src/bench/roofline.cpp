@@ -27,6 +27,7 @@
 #include "formats/error.h"
 #include "formats/host_memory.h"
 #include "kernels/cpu/aligned_vector.h"
+#include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/dispatch.h"
 #include "kernels/cpu/linear.h"
 #include "model/attention.h"
@@ -65,7 +66,7 @@ double best_time(int reps, const std::function<void()>& fn) {
   return best;
 }
 
-bool have_avx2_fma() { return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"); }
+bool have_avx2_fma() { return cpu_features().avx2_fma; }
 
 __attribute__((target("avx2,fma"))) float read_slice_avx2(const float* p, size_t n) {
   __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
@@ -112,7 +113,7 @@ __attribute__((target("avx2,fma"))) float fma_loop_avx2(int64_t iters, float see
   return out[0] + out[7];
 }
 
-bool have_avx512f() { return have_avx2_fma() && __builtin_cpu_supports("avx512f"); }
+bool have_avx512f() { return have_avx2_fma() && cpu_features().avx512f; }
 
 // The same with 512-bit vectors: on CPUs with AVX-512 the machine's FMA peak (two 512-bit FMAs per
 // cycle and core on this machine, twice the 256-bit rate), which the avx512 kernels are measured

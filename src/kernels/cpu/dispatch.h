@@ -1,5 +1,8 @@
 // Run-time ISA dispatch: the kernel table compiled for generic x86-64, AVX2+FMA and AVX-512 is
-// chosen once from cpuid (or forced with M3_ISA=generic|avx2|avx512 for parity tests).
+// chosen once from cpuid (cpu_features.h), or forced with M3_ISA=generic|avx2|avx512 for parity tests.
+// Each ISA's table is two parts, each compiled with that ISA's flags in its own translation unit:
+// LinearOps (linear_generic.cpp, linear_avx2.cpp, linear_avx512.cpp) and AttentionOps
+// (attention_generic.cpp, attention_avx2.cpp, attention_avx512.cpp).
 #pragma once
 #include <cstdint>
 
@@ -11,8 +14,7 @@ namespace m3 {
 // when it has no more for this call.
 using RowClaim = bool (*)(void* ctx, int64_t* r0, int64_t* r1);
 
-struct CpuOps {
-  const char* name;
+struct LinearOps {
   float (*dot)(const float* a, const float* b, int64_t n);
   void (*axpy)(float a, const float* x, float* y, int64_t n);  // y += a*x
   // Rows [r0, r1) of y[T, N] = x[T, K] · Wᵀ; scratch holds at least kLinearTileRows * K floats.
@@ -22,6 +24,9 @@ struct CpuOps {
   void (*linear_rows_claimed)(const Linear& W, const float* x, int64_t T, float* y, RowClaim claim, void* ctx,
                               float* scratch);
   void (*decode_rows)(const Linear& W, int64_t r0, int64_t n, float* out);
+};
+
+struct AttentionOps {
   // MSA index scan: m[h] = max(m[h], max_j q_h · k_j) for h < H, j < n, with q_h = q + h*qs and
   // k_j = k + j*ks (D floats each).
   void (*max_dots)(const float* q, int64_t qs, int H, const float* k, int64_t ks, int64_t n, int D, float* m);
@@ -64,12 +69,16 @@ struct CpuOps {
                               int64_t stride_bytes, int64_t n, int D, float* const* m);
 };
 
+// One ISA's whole table (callers read the members of both parts: ops.linear_rows, ops.attn_block).
+struct CpuOps : LinearOps, AttentionOps {
+  const char* name;
+};
+
 constexpr int kLinearTileRows = 4;
-// Steps of this many tokens or more run the AVX2 build's lane GEMM (linear_lane_gemm.inc) on panels
-// of kLanePanelRows rows (4 tiles); the parallel matmul hands such steps whole panels. Below it the
+// Steps of this many tokens or more run the AVX2 build's lane GEMM (lane_gemm.h) on panels of
+// kLanePanelRows rows (4 tiles); the parallel matmul hands such steps whole panels. Below it the
 // decoded tile's dot products win: the lane GEMM decodes and transposes each panel once per call
-// (speed, 512 x 2048, 2 threads, Zen 3, ms old / lane: MXFP8 32 tokens 0.73 / 0.88, 48 1.08 / 1.13,
-// 64 1.39 / 1.47, 96 2.05 / 1.99; NVFP4 32 0.71 / 0.83, 64 1.37 / 1.39, 96 1.93 / 1.91).
+// (figures: docs/benchmarks.md, perf notes).
 constexpr int64_t kLaneGemmMinTokens = 64;
 constexpr int kLanePanelRows = 16;
 // linear_forward_many runs a step of more tokens than lane_slice_tokens(K) as near-equal slices (same
@@ -77,8 +86,7 @@ constexpr int kLanePanelRows = 16;
 // of the activations, which every 16-row panel streams once: at most 512 tokens (an 8192-token prefill
 // chunk on a 64-thread server would otherwise hold 64 copies of its x), and at most 512 x 2048 floats
 // (4 MB) for wider matrices, down to 128 tokens. Speed: a whole 512-token x of a 6144-wide product
-// (12.6 MB per thread) falls out of the caches; smaller budgets than 4 MB were slower for the
-// 2048-wide products (docs/benchmarks.md section 5).
+// (12.6 MB per thread) falls out of the caches (figures: docs/benchmarks.md section 5).
 constexpr int64_t kLaneGemmMaxTokens = 512;
 constexpr int64_t kLaneGemmMaxFloats = kLaneGemmMaxTokens * 2048;
 inline int64_t lane_slice_tokens(int64_t K) {
@@ -93,8 +101,9 @@ const CpuOps& cpu_ops();
 // The table for one ISA by name, or nullptr when this CPU cannot run it.
 const CpuOps* cpu_ops_for(const char* isa);
 
-namespace isa_generic { extern const CpuOps kOps; }
-namespace isa_avx2 { extern const CpuOps kOps; }
-namespace isa_avx512 { extern const CpuOps kOps; }
+// The parts each ISA's translation units define.
+namespace isa_generic { extern const LinearOps kLinearOps; extern const AttentionOps kAttentionOps; }
+namespace isa_avx2 { extern const LinearOps kLinearOps; extern const AttentionOps kAttentionOps; }
+namespace isa_avx512 { extern const LinearOps kLinearOps; extern const AttentionOps kAttentionOps; }
 
 }  // namespace m3
