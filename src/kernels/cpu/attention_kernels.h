@@ -56,24 +56,24 @@ void attn_block_quant(const float* q, int64_t qs, int H, const uint8_t* K, int64
 
 // Whether the index scan and block attention decode quantised rows of this kind in registers: groups of
 // 4 heads, whole 16-element blocks, FP8 or NVFP4 (the others decode to scratch first).
-bool attn_block_rows_in_registers_impl(int kind, int H, int D) {
+bool attn_block_rows_in_registers_impl(m3::KVDtype kind, int H, int D) {
 #if defined(M3_KERNELS_AVX2)
-  return H % 4 == 0 && D % 16 == 0 && (kind == int(m3::KvRowKind::FP8) || kind == int(m3::KvRowKind::NVFP4));
+  return H % 4 == 0 && D % 16 == 0 && (kind == m3::KVDtype::FP8 || kind == m3::KVDtype::NVFP4);
 #else
   (void)kind, (void)H, (void)D;
   return false;
 #endif
 }
 
-void attn_block_rows_impl(int kind, const float* q, int64_t qs, int H, const uint8_t* K, int64_t kb,
+void attn_block_rows_impl(m3::KVDtype kind, const float* q, int64_t qs, int H, const uint8_t* K, int64_t kb,
                           const uint8_t* V, int64_t vb, int64_t n, int D, float scale, float* m, float* l, float* acc,
                           float* scratch, const uint8_t* K_next, int64_t kb_next, int64_t n_next) {
 #if defined(M3_KERNELS_AVX2)
   if (attn_block_rows_in_registers_impl(kind, H, D)) {
-    if (kind == int(m3::KvRowKind::FP8))
+    if (kind == m3::KVDtype::FP8)
       return attn_block_quant<Fp8Rows>(q, qs, H, K, kb, V, vb, n, D, scale, m, l, acc, scratch, K_next, kb_next,
                                        n_next);
-    if (kind == int(m3::KvRowKind::NVFP4))
+    if (kind == m3::KVDtype::NVFP4)
       return attn_block_quant<Nvfp4Rows>(q, qs, H, K, kb, V, vb, n, D, scale, m, l, acc, scratch, K_next, kb_next,
                                          n_next);
   }
@@ -87,11 +87,11 @@ void attn_block_rows_impl(int kind, const float* q, int64_t qs, int H, const uin
   attn_block_t<float>(q, qs, H, kf.data(), D, vf.data(), D, n, D, scale, m, l, acc, scratch, nullptr, 0, 0);
 }
 
-void max_dots_rows_impl(int kind, const float* q, int64_t qs, int H, const uint8_t* k, int64_t kb, int64_t n, int D,
+void max_dots_rows_impl(m3::KVDtype kind, const float* q, int64_t qs, int H, const uint8_t* k, int64_t kb, int64_t n, int D,
                         float* m) {
 #if defined(M3_KERNELS_AVX2)
   if (attn_block_rows_in_registers_impl(kind, H, D)) {
-    if (kind == int(m3::KvRowKind::FP8)) {
+    if (kind == m3::KVDtype::FP8) {
       q = unit_q<Fp8Rows>(q, qs, H, D);
 #ifdef M3_KERNELS_AVX512
       if (D <= 256) {
@@ -161,11 +161,11 @@ void attn_block_bf16_impl(const float* q, int64_t qs, int H, const uint16_t* K, 
 // max_dots_rows for Q query tokens over the same n quantised rows (q[i], m[i] as max_dots_bf16_multi):
 // each token's results are those of max_dots_rows on its own (the avx512 build decodes NVFP4 and FP8
 // rows once per pass of up to four tokens; the other builds call it per token).
-void max_dots_rows_multi_impl(int kind, int Q, const float* const* q, int64_t qs, int H, const uint8_t* k, int64_t kb,
+void max_dots_rows_multi_impl(m3::KVDtype kind, int Q, const float* const* q, int64_t qs, int H, const uint8_t* k, int64_t kb,
                               int64_t n, int D, float* const* m) {
 #ifdef M3_KERNELS_AVX512
   if (attn_block_rows_in_registers_impl(kind, H, D) && D <= 256) {
-    if (kind == int(m3::KvRowKind::FP8))  // the queries carry Fp8Rows::kUnit, as unit_q
+    if (kind == m3::KVDtype::FP8)  // the queries carry Fp8Rows::kUnit, as unit_q
       multi_token_passes(Q, q, qs, H, D, Fp8Rows::kUnit, m, [&](auto nq, const float* const* qp, float* const* mp) {
         max_dots4_rows_multi512<decltype(nq)::value, Fp8Rows512>(qp, k, kb, n, D, mp);
       });

@@ -25,7 +25,7 @@ namespace {
 // decoded in registers right before its FMAs (speed: decoding whole blocks to fp32 scratch first and
 // reading them back cost more than the bytes it saved). The decoded values are those of decode_kv_rows (exact), and every
 // (head, key) dot product keeps the order of dot4_tile, so the results equal max_dots over the rows
-// decode_kv_rows writes, bit for bit. Row layouts: engine/kv_format.h (scale 1).
+// decode_kv_rows writes, bit for bit. Row layouts: kv_format.h (scale 1).
 // ld16: elements d..d+15 of a row divided by kUnit. The kernels move the factor onto q and p, where
 // multiplying by a power of two is exact: fma(256 q, k / 256, a) rounds exactly like fma(q, k, a)
 // (speed: two multiplies fewer per 16 FP8 elements; exact while |q| < 2^120, far beyond any query).

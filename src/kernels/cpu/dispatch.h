@@ -6,6 +6,7 @@
 #pragma once
 #include <cstdint>
 
+#include "kernels/cpu/kv_format.h"
 #include "kernels/cpu/linear.h"
 
 namespace m3 {
@@ -44,28 +45,28 @@ struct AttentionOps {
                           int64_t vs, int64_t n, int D, float scale, float* m, float* l, float* acc, float* scratch,
                           const uint16_t* K_next, int64_t ks_next, int64_t n_next);
   // n cache rows of `dim` elements (stride_bytes apart) decoded to fp32 [n, dim], exactly as
-  // engine/kv_format's kv_decode_row with scale 1 (BF16, FP8 E4M3, NVFP4 with per-16 E4M3 scales).
-  void (*decode_kv_rows)(int kind, const uint8_t* src, int64_t stride_bytes, int64_t n, int dim, float* out);
+  // kv_decode_row (kv_format.h) with scale 1 (fp32, BF16, FP8 E4M3, NVFP4 with per-16 E4M3 scales).
+  void (*decode_kv_rows)(KVDtype kind, const uint8_t* src, int64_t stride_bytes, int64_t n, int dim, float* out);
   // The index scan (as max_dots) over n quantised cache rows of `kind` (FP8 or NVFP4, scale 1) read in
   // place, stride_bytes apart; equals max_dots over the rows decode_kv_rows writes, bit for bit.
-  void (*max_dots_rows)(int kind, const float* q, int64_t qs, int H, const uint8_t* k, int64_t stride_bytes,
+  void (*max_dots_rows)(KVDtype kind, const float* q, int64_t qs, int H, const uint8_t* k, int64_t stride_bytes,
                         int64_t n, int D, float* m);
   // attn_block over quantised K / V cache rows of `kind` (FP8 or NVFP4, scale 1) read in place,
   // kb / vb bytes apart (K_next: kb_next apart); equals attn_block over the rows decode_kv_rows
   // writes, bit for bit.
-  void (*attn_block_rows)(int kind, const float* q, int64_t qs, int H, const uint8_t* K, int64_t kb, const uint8_t* V,
+  void (*attn_block_rows)(KVDtype kind, const float* q, int64_t qs, int H, const uint8_t* K, int64_t kb, const uint8_t* V,
                           int64_t vb, int64_t n, int D, float scale, float* m, float* l, float* acc, float* scratch,
                           const uint8_t* K_next, int64_t kb_next, int64_t n_next);
   // Whether attn_block_rows decodes rows of this kind and shape in registers; if not, it decodes the
   // block to scratch first, and a caller with many query tokens does better decoding once and reusing.
-  bool (*attn_block_rows_in_registers)(int kind, int H, int D);
+  bool (*attn_block_rows_in_registers)(KVDtype kind, int H, int D);
   // max_dots_bf16 for Q query tokens over the same keys (prefill: consecutive tokens scan the same
   // blocks): q[i] token i's H heads (qs apart), m[i] its H running maxima; each token's results are
   // those of max_dots_bf16 on its own.
   void (*max_dots_bf16_multi)(int Q, const float* const* q, int64_t qs, int H, const uint16_t* k, int64_t ks,
                               int64_t n, int D, float* const* m);
   // max_dots_rows for Q query tokens over the same quantised rows (as max_dots_bf16_multi).
-  void (*max_dots_rows_multi)(int kind, int Q, const float* const* q, int64_t qs, int H, const uint8_t* k,
+  void (*max_dots_rows_multi)(KVDtype kind, int Q, const float* const* q, int64_t qs, int H, const uint8_t* k,
                               int64_t stride_bytes, int64_t n, int D, float* const* m);
 };
 
@@ -94,8 +95,6 @@ inline int64_t lane_slice_tokens(int64_t K) {
   return fit >= kLaneGemmMaxTokens ? kLaneGemmMaxTokens : fit < 2 * kLaneGemmMinTokens ? 2 * kLaneGemmMinTokens : fit;
 }
 
-// Row encodings of the quantised paged KV cache (engine/kv_format.h), as the decode kernel sees them.
-enum class KvRowKind : int { BF16 = 1, FP8 = 2, NVFP4 = 3 };
 
 const CpuOps& cpu_ops();
 // The table for one ISA by name, or nullptr when this CPU cannot run it.
