@@ -16,6 +16,7 @@
 #include <cstdint>
 
 #include "formats/host_memory.h"
+#include "kernels/cpu/cpu_features.h"
 
 // GCC 12 warns inside its own AVX-512 intrinsic headers (their undefined merge operand) when the
 // intrinsics are used under a target attribute; the probes' values are all defined.
@@ -27,8 +28,8 @@ namespace {
 #define M3_PROBE_TARGET __attribute__((target("avx512f,avx512bw,avx512vbmi,gfni,fma")))
 
 bool have_probe_isa() {
-  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-         __builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("gfni");
+  const m3::CpuFeatures& f = m3::cpu_features();
+  return f.avx512f && f.avx512bw && f.avx512vbmi && f.gfni;
 }
 
 // Eight lines per step, line u feeding F of eight accumulators (F = 0: ORed into accumulator u);

@@ -3,6 +3,8 @@
 // chosen at run time, a scalar fallback elsewhere.
 #include "bench/machine_probes.h"
 
+#include "kernels/cpu/cpu_features.h"
+
 #include <immintrin.h>
 #include <omp.h>
 
@@ -25,7 +27,7 @@ void flush_caches() {
   g_sink = s;
 }
 
-bool have_avx2_fma() { return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"); }
+bool have_avx2_fma() { return cpu_features().avx2_fma; }
 
 __attribute__((target("avx2,fma"))) float read_slice_avx2(const float* p, size_t n) {
   __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
@@ -72,7 +74,7 @@ __attribute__((target("avx2,fma"))) float fma_loop_avx2(int64_t iters, float see
   return out[0] + out[7];
 }
 
-bool have_avx512f() { return have_avx2_fma() && __builtin_cpu_supports("avx512f"); }
+bool have_avx512f() { return have_avx2_fma() && cpu_features().avx512f; }
 
 // The same with 512-bit vectors: on CPUs with AVX-512 the machine's FMA peak (two 512-bit FMAs per
 // cycle and core on this machine, twice the 256-bit rate), which the avx512 kernels are measured

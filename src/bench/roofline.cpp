@@ -334,8 +334,6 @@ double time_index_scoring(const Bench& b, int l, const PagedKV& view, const floa
 #pragma omp parallel for schedule(dynamic, chunk_items) reduction(+ : sink)
     for (int64_t w = 0; w < tiles * nblk; ++w) {
       const int64_t t0 = w / nblk * 4, blk = w % nblk, lo = blk * chunk;
-      thread_local std::vector<float> ibuf;
-      ibuf.resize(size_t(chunk) * ID);
       float mx[4][64];
       const float* fq[4];
       float* fm[4];
@@ -350,11 +348,11 @@ double time_index_scoring(const Bench& b, int l, const PagedKV& view, const floa
         if (n == chunk) {
           fq[nfull] = iqt, fm[nfull++] = m;
         } else {
-          index_scan_block(view, l, lo, n, iqt, ID, std::min(G, 64), ibuf.data(), m);
+          index_scan_block(view, l, lo, n, iqt, ID, std::min(G, 64), m);
           for (int g = 0; g < G && g < 64; ++g) sink += m[g];
         }
       }
-      index_scan_tokens(view, l, lo, chunk, nfull, fq, ID, std::min(G, 64), ibuf.data(), fm);
+      index_scan_tokens(view, l, lo, chunk, nfull, fq, ID, std::min(G, 64), fm);
       for (int i = 0; i < nfull; ++i)
         for (int g = 0; g < G && g < 64; ++g) sink += fm[i][g];
     }

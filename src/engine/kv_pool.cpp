@@ -2,7 +2,6 @@
 #include "engine/kv_pool.h"
 
 #include "formats/error.h"
-#include "kernels/cpu/dispatch.h"
 
 namespace m3 {
 
@@ -51,93 +50,21 @@ void PagedKV::store(int layer, int64_t pos, const float* k, const float* v, cons
   if (ik) kv_encode_row(pool_.ik_dtype(), ik, index_dim_, 1.0f, pool_.ik_row(layer, page, slot));
 }
 
-// Decodes n rows starting at position lo (all in one page) of a lane into scratch.
-namespace {
-// The kernels' name for a quantised cache dtype's row encoding.
-KvRowKind row_kind(KVDtype dt) {
-  return dt == KVDtype::BF16 ? KvRowKind::BF16 : dt == KVDtype::FP8 ? KvRowKind::FP8 : KvRowKind::NVFP4;
-}
-}  // namespace
-
-template <class RowFn>
-const float* PagedKV::decode_rows(int64_t lo, int64_t n, KVDtype dt, int dim, float* scratch, int64_t* stride,
-                                  RowFn row) const {
+// Rows of one page's lane are contiguous (one KV head's rows of a block; see KVPool::row), one row's
+// bytes apart.
+KVRows PagedKV::k_rows(int layer, int g, int64_t lo) const {
   const int B = pool_.block_size();
-  const int64_t page = table_[lo / B];
-  const int slot = int(lo % B);
-  *stride = dim;
-  // fp32 rows of one page are contiguous (group-major pages): read in place.
-  if (dt == KVDtype::F32) return reinterpret_cast<const float*>(row(page, slot));
-  // The rows are contiguous too: one vectorised decode over the run.
-  const uint8_t* first = row(page, slot);
-  cpu_ops().decode_kv_rows(int(row_kind(dt)), first, n > 1 ? row(page, slot + 1) - first : 0, n, dim, scratch);
-  return scratch;
+  return {pool_.k_row(layer, table_[lo / B], int(lo % B), g), int64_t(pool_.kv_row_size()), pool_.kv_dtype()};
 }
 
-const float* PagedKV::k_rows(int layer, int g, int64_t lo, int64_t n, float* scratch, int64_t* stride) const {
-  return decode_rows(lo, n, pool_.kv_dtype(), head_dim_, scratch, stride,
-                     [&](int64_t page, int slot) { return pool_.k_row(layer, page, slot, g); });
-}
-
-const float* PagedKV::v_rows(int layer, int g, int64_t lo, int64_t n, float* scratch, int64_t* stride) const {
-  return decode_rows(lo, n, pool_.kv_dtype(), head_dim_, scratch, stride,
-                     [&](int64_t page, int slot) { return pool_.v_row(layer, page, slot, g); });
-}
-
-const float* PagedKV::ik_rows(int layer, int64_t lo, int64_t n, float* scratch, int64_t* stride) const {
-  return decode_rows(lo, n, pool_.ik_dtype(), index_dim_, scratch, stride,
-                     [&](int64_t page, int slot) { return pool_.ik_row(layer, page, slot); });
-}
-
-// Rows [lo, ...) of a lane stored as BF16, in place (one page's rows of a lane are contiguous).
-template <class RowFn>
-const uint16_t* PagedKV::bf16_rows(int64_t lo, KVDtype dt, int dim, int64_t* stride, RowFn row) const {
-  if (dt != KVDtype::BF16) return nullptr;
+KVRows PagedKV::v_rows(int layer, int g, int64_t lo) const {
   const int B = pool_.block_size();
-  *stride = dim;
-  return reinterpret_cast<const uint16_t*>(row(table_[lo / B], int(lo % B)));
+  return {pool_.v_row(layer, table_[lo / B], int(lo % B), g), int64_t(pool_.kv_row_size()), pool_.kv_dtype()};
 }
 
-const uint16_t* PagedKV::k_rows_bf16(int layer, int g, int64_t lo, int64_t* stride) const {
-  return bf16_rows(lo, pool_.kv_dtype(), head_dim_, stride,
-                   [&](int64_t page, int slot) { return pool_.k_row(layer, page, slot, g); });
-}
-
-const uint16_t* PagedKV::v_rows_bf16(int layer, int g, int64_t lo, int64_t* stride) const {
-  return bf16_rows(lo, pool_.kv_dtype(), head_dim_, stride,
-                   [&](int64_t page, int slot) { return pool_.v_row(layer, page, slot, g); });
-}
-
-const uint16_t* PagedKV::ik_rows_bf16(int layer, int64_t lo, int64_t* stride) const {
-  return bf16_rows(lo, pool_.ik_dtype(), index_dim_, stride,
-                   [&](int64_t page, int slot) { return pool_.ik_row(layer, page, slot); });
-}
-
-// Rows [lo, ...) of a lane stored as FP8 or NVFP4, in place. Rows of a page are contiguous
-// (group-major pages); the stride is one row's bytes.
-template <class RowFn>
-const uint8_t* PagedKV::quantised_rows(int64_t lo, KVDtype dt, int dim, int64_t* stride_bytes, int* kind,
-                                       RowFn row) const {
-  if (dt != KVDtype::FP8 && dt != KVDtype::NVFP4) return nullptr;
+KVRows PagedKV::ik_rows(int layer, int64_t lo) const {
   const int B = pool_.block_size();
-  *stride_bytes = int64_t(kv_row_bytes(dt, dim));
-  *kind = int(row_kind(dt));
-  return row(table_[lo / B], int(lo % B));
-}
-
-const uint8_t* PagedKV::ik_rows_quantised(int layer, int64_t lo, int64_t* stride_bytes, int* kind) const {
-  return quantised_rows(lo, pool_.ik_dtype(), index_dim_, stride_bytes, kind,
-                        [&](int64_t page, int slot) { return pool_.ik_row(layer, page, slot); });
-}
-
-const uint8_t* PagedKV::k_rows_quantised(int layer, int g, int64_t lo, int64_t* stride_bytes, int* kind) const {
-  return quantised_rows(lo, pool_.kv_dtype(), head_dim_, stride_bytes, kind,
-                        [&](int64_t page, int slot) { return pool_.k_row(layer, page, slot, g); });
-}
-
-const uint8_t* PagedKV::v_rows_quantised(int layer, int g, int64_t lo, int64_t* stride_bytes, int* kind) const {
-  return quantised_rows(lo, pool_.kv_dtype(), head_dim_, stride_bytes, kind,
-                        [&](int64_t page, int slot) { return pool_.v_row(layer, page, slot, g); });
+  return {pool_.ik_row(layer, table_[lo / B], int(lo % B)), int64_t(pool_.ik_row_size()), pool_.ik_dtype()};
 }
 
 }  // namespace m3

@@ -79,24 +79,11 @@ class PagedKV : public KVView {
   int64_t size() const override { return size_; }
   int chunk() const override { return pool_.block_size(); }
   void store(int layer, int64_t pos, const float* k, const float* v, const float* ik) override;
-  const float* k_rows(int layer, int g, int64_t lo, int64_t n, float* scratch, int64_t* stride) const override;
-  const float* v_rows(int layer, int g, int64_t lo, int64_t n, float* scratch, int64_t* stride) const override;
-  const float* ik_rows(int layer, int64_t lo, int64_t n, float* scratch, int64_t* stride) const override;
-  const uint16_t* k_rows_bf16(int layer, int g, int64_t lo, int64_t* stride) const override;
-  const uint16_t* v_rows_bf16(int layer, int g, int64_t lo, int64_t* stride) const override;
-  const uint16_t* ik_rows_bf16(int layer, int64_t lo, int64_t* stride) const override;
-  const uint8_t* k_rows_quantised(int layer, int g, int64_t lo, int64_t* stride_bytes, int* kind) const override;
-  const uint8_t* v_rows_quantised(int layer, int g, int64_t lo, int64_t* stride_bytes, int* kind) const override;
-  const uint8_t* ik_rows_quantised(int layer, int64_t lo, int64_t* stride_bytes, int* kind) const override;
+  KVRows k_rows(int layer, int g, int64_t lo) const override;
+  KVRows v_rows(int layer, int g, int64_t lo) const override;
+  KVRows ik_rows(int layer, int64_t lo) const override;
 
  private:
-  template <class RowFn>
-  const uint16_t* bf16_rows(int64_t lo, KVDtype dt, int dim, int64_t* stride, RowFn row) const;
-  template <class RowFn>
-  const uint8_t* quantised_rows(int64_t lo, KVDtype dt, int dim, int64_t* stride_bytes, int* kind, RowFn row) const;
-  template <class RowFn>
-  const float* decode_rows(int64_t lo, int64_t n, KVDtype dt, int dim, float* scratch, int64_t* stride,
-                           RowFn row) const;
 
   KVPool& pool_;
   const std::vector<int32_t>& table_;

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "kernels/cpu/aligned_vector.h"
+#include "kernels/cpu/attention.h"
 #include "kernels/cpu/dispatch.h"
 #include "model/msa_select.h"
 
@@ -38,7 +39,7 @@ struct DecodedBlock {
 constexpr int kDecodedBlocks = 40;  // per thread: the blocks one group of a prefill chunk reads
 
 struct Scratch {
-  AlignedVector<float> kbuf, vbuf, ibuf, scores, blk_scores, acc, m, l;
+  AlignedVector<float> kbuf, vbuf, scores, blk_scores, acc, m, l;
   std::vector<int32_t> cand, chosen;
   std::vector<uint8_t> mask;
   std::vector<DecodedBlock> decoded;
@@ -47,15 +48,10 @@ struct Scratch {
 
 std::atomic<uint64_t> g_attention_epoch{0};
 
-// K/V rows [lo, lo+n) of group g: straight from the cache, or decoded (reusing this thread's
-// decode of the same block during this call when `reuse`).
-void block_rows(const KVView& kv, int layer, int g, int64_t lo, int64_t n, int D, int chunk, bool reuse,
-                uint64_t epoch, Scratch& s, const float** K, int64_t* ks, const float** V, int64_t* vs) {
-  if (!reuse || kv.rows_in_place()) {
-    *K = kv.k_rows(layer, g, lo, n, s.kbuf.data(), ks);
-    *V = kv.v_rows(layer, g, lo, n, s.vbuf.data(), vs);
-    return;
-  }
+// K/V rows [lo, lo+n) of group g decoded to fp32, reusing this thread's decode of the same block during
+// this call.
+void block_rows(const KVView& kv, int layer, int g, int64_t lo, int64_t n, int D, int chunk, uint64_t epoch, Scratch& s,
+                const float** K, int64_t* ks, const float** V, int64_t* vs) {
   if (s.decoded.empty()) s.decoded.resize(kDecodedBlocks);
   DecodedBlock* slot = nullptr;
   for (DecodedBlock& e : s.decoded) {
@@ -83,22 +79,18 @@ void block_rows(const KVView& kv, int layer, int g, int64_t lo, int64_t n, int D
   }
   slot->kv = &kv, slot->layer = layer, slot->g = g, slot->lo = lo, slot->n = n, slot->epoch = epoch;
   slot->used = ++s.tick;
-  slot->K = kv.k_rows(layer, g, lo, n, slot->k.data(), &slot->ks);
-  slot->V = kv.v_rows(layer, g, lo, n, slot->v.data(), &slot->vs);
+  slot->K = kv_rows_f32(kv.k_rows(layer, g, lo), n, D, slot->k.data(), &slot->ks);
+  slot->V = kv_rows_f32(kv.v_rows(layer, g, lo), n, D, slot->v.data(), &slot->vs);
   *K = slot->K, *ks = slot->ks, *V = slot->V, *vs = slot->vs;
 }
 
 // Online softmax over blocks `blocks[0..nb)` (ascending), keys j <= pos, for the HpG heads of group g.
-void attend_blocks(const CpuOps& ops, const KVView& kv, int layer, int g, int D, int HpG, const float* qg,
+void attend_blocks(const KVView& kv, int layer, int g, int D, int HpG, const float* qg,
                    int64_t qstride, float scale, int64_t pos, int chunk, const int32_t* blocks, int nb, Scratch& s,
                    float* outg, int64_t ostride, bool reuse, uint64_t epoch) {
   s.acc.assign(size_t(HpG) * D, 0.f);
   s.m.assign(HpG, kNegInf);
   s.l.assign(HpG, 0.f);
-  if (s.kbuf.size() < size_t(chunk) * D) {
-    s.kbuf.resize(size_t(chunk) * D);
-    s.vbuf.resize(size_t(chunk) * D);
-  }
   if (s.scores.size() < size_t(HpG) * (chunk + 8)) s.scores.resize(size_t(HpG) * (chunk + 8));
   // Rows [lo, lo+n) of block b (n <= 0: nothing visible).
   auto block_span = [&](int b, int64_t* lo, int64_t* n) {
@@ -110,33 +102,23 @@ void attend_blocks(const CpuOps& ops, const KVView& kv, int layer, int g, int D,
     block_span(b, &lo, &n);
     if (n <= 0) continue;
     if (b + 1 < nb) block_span(b + 1, &lo_next, &n_next);
-    int64_t ks, vs, ks_next = 0;
-    if (const uint16_t* Kb = kv.k_rows_bf16(layer, g, lo, &ks)) {  // BF16 cache: read in place
-      const uint16_t* Vb = kv.v_rows_bf16(layer, g, lo, &vs);
-      const uint16_t* Kn = n_next > 0 ? kv.k_rows_bf16(layer, g, lo_next, &ks_next) : nullptr;
-      ops.attn_block_bf16(qg, qstride, HpG, Kb, ks, Vb, vs, n, D, scale, s.m.data(), s.l.data(), s.acc.data(),
-                          s.scores.data(), Kn, ks_next, n_next);
+    // fp32 and BF16 rows are read in place; FP8 / NVFP4 rows too, decoded in registers, for one query
+    // token, and for many when the kernel decodes this shape in registers (speed: for FP8 this beat
+    // decoding each block once to scratch and reusing it; for NVFP4 they were even). Otherwise many
+    // query tokens decode each block once into this thread's scratch and reuse it (block_rows).
+    const KVRows K = kv.k_rows(layer, g, lo);
+    if (!reuse || attention_reads_in_place(K.dtype, HpG, D)) {
+      const KVRows Kn = n_next > 0 ? kv.k_rows(layer, g, lo_next) : KVRows{};
+      attention_block(qg, qstride, HpG, K, kv.v_rows(layer, g, lo), n, D, scale, s.m.data(), s.l.data(), s.acc.data(),
+                      s.scores.data(), Kn, n_next);
       continue;
     }
-    // FP8 / NVFP4 cache: read in place and decoded in registers, for one query token, and for many
-    // when the kernel decodes this shape in registers (speed: for FP8 this beat decoding each block once
-    // to scratch and reusing it; for NVFP4 they were even). Otherwise many query tokens decode
-    // each block once into this thread's scratch and reuse it (block_rows below).
-    int kind;
-    if (const uint8_t* Kq = kv.k_rows_quantised(layer, g, lo, &ks, &kind);
-        Kq && (!reuse || ops.attn_block_rows_in_registers(kind, HpG, D))) {
-      const uint8_t* Vq = kv.v_rows_quantised(layer, g, lo, &vs, &kind);
-      const uint8_t* Kn = n_next > 0 ? kv.k_rows_quantised(layer, g, lo_next, &ks_next, &kind) : nullptr;
-      ops.attn_block_rows(kind, qg, qstride, HpG, Kq, ks, Vq, vs, n, D, scale, s.m.data(), s.l.data(), s.acc.data(),
-                          s.scores.data(), Kn, ks_next, n_next);
-      continue;
-    }
-    const float *K, *V, *Kn = nullptr;
-    block_rows(kv, layer, g, lo, n, D, chunk, reuse, epoch, s, &K, &ks, &V, &vs);
-    // Rows in place (an fp32 cache): the next block's address costs nothing, so it is prefetched too.
-    if (n_next > 0 && kv.rows_in_place()) Kn = kv.k_rows(layer, g, lo_next, n_next, nullptr, &ks_next);
-    ops.attn_block(qg, qstride, HpG, K, ks, V, vs, n, D, scale, s.m.data(), s.l.data(), s.acc.data(), s.scores.data(),
-                   Kn, ks_next, n_next);
+    const float *Kf, *Vf;
+    int64_t ks, vs;
+    block_rows(kv, layer, g, lo, n, D, chunk, epoch, s, &Kf, &ks, &Vf, &vs);
+    attention_block(qg, qstride, HpG, {reinterpret_cast<const uint8_t*>(Kf), ks * 4, KVDtype::F32},
+                    {reinterpret_cast<const uint8_t*>(Vf), vs * 4, KVDtype::F32}, n, D, scale, s.m.data(), s.l.data(),
+                    s.acc.data(), s.scores.data(), KVRows{}, 0);
   }
   for (int hh = 0; hh < HpG; ++hh) {
     const float inv = 1.0f / s.l[hh];
@@ -160,8 +142,8 @@ void attend_masked(const CpuOps& ops, const KVView& kv, int layer, int g, int D,
       s.kbuf.resize(size_t(chunk) * D);
       s.vbuf.resize(size_t(chunk) * D);
     }
-    const float* kr = kv.k_rows(layer, g, lo, m, s.kbuf.data(), &ks);
-    const float* vr = kv.v_rows(layer, g, lo, m, s.vbuf.data(), &vs);
+    const float* kr = kv_rows_f32(kv.k_rows(layer, g, lo), m, D, s.kbuf.data(), &ks);
+    const float* vr = kv_rows_f32(kv.v_rows(layer, g, lo), m, D, s.vbuf.data(), &vs);
     for (int64_t j = 0; j < m; ++j) {
       std::copy(kr + j * ks, kr + j * ks + D, K.begin() + (lo + j) * D);
       std::copy(vr + j * vs, vr + j * vs + D, V.begin() + (lo + j) * D);
@@ -263,7 +245,6 @@ void attention_batch(const ModelConfig& cfg, int layer, const AttnSeq* seqs, int
       const AttnSeq& sq = seqs[int(scan_rows[size_t(tile_start[ti])] >> 40)];
       const KVView& kv = *sq.kv;
       const int chunk = kv.chunk();
-      if (s.ibuf.size() < size_t(chunk) * ID) s.ibuf.resize(size_t(chunk) * ID);
       // Index scores: raw fp32 dot products of each group's index query with every index key <= pos,
       // max-pooled per block (= page). Tokens that see all of block c scan it together.
       const int64_t lo = c * chunk;
@@ -280,10 +261,10 @@ void attention_batch(const ModelConfig& cfg, int layer, const AttnSeq* seqs, int
         if (n == chunk) {
           full_q[nfull] = iqr, full_m[nfull++] = m;
         } else {
-          index_scan_block(kv, layer, lo, n, iqr, ID, G, s.ibuf.data(), m);
+          index_scan_block(kv, layer, lo, n, iqr, ID, G, m);
         }
       }
-      index_scan_tokens(kv, layer, lo, chunk, nfull, full_q, ID, G, s.ibuf.data(), full_m);
+      index_scan_tokens(kv, layer, lo, chunk, nfull, full_q, ID, G, full_m);
     }
 #pragma omp for schedule(dynamic, 1)
     for (int64_t w = 0; w < work; ++w) {
@@ -315,7 +296,7 @@ void attention_batch(const ModelConfig& cfg, int layer, const AttnSeq* seqs, int
         for (int i = 0; i < nsel; ++i) s.mask[s.chosen[i]] = 1;
         attend_masked(ops, kv, layer, g, D, HpG, qg, D, scale, pos, chunk, s.mask, s, og, D);
       } else {
-        attend_blocks(ops, kv, layer, g, D, HpG, qg, D, scale, pos, chunk, s.chosen.data(), nsel, s, og, D, sq.T > 1,
+        attend_blocks(kv, layer, g, D, HpG, qg, D, scale, pos, chunk, s.chosen.data(), nsel, s, og, D, sq.T > 1,
                       epoch);
       }
     }
@@ -326,34 +307,13 @@ int64_t index_scan_chunk(int64_t items) {
   return std::clamp<int64_t>(items / (4 * int64_t(omp_get_max_threads())), 1, 8);
 }
 
-void index_scan_block(const KVView& kv, int layer, int64_t lo, int64_t n, const float* iq, int ID, int G,
-                      float* ibuf, float* m) {
-  const CpuOps& ops = cpu_ops();
-  int64_t st;
-  if (const uint16_t* ikb = kv.ik_rows_bf16(layer, lo, &st)) {
-    ops.max_dots_bf16(iq, ID, G, ikb, st, n, ID, m);
-  } else if (int kind; const uint8_t* ikq = kv.ik_rows_quantised(layer, lo, &st, &kind)) {
-    ops.max_dots_rows(kind, iq, ID, G, ikq, st, n, ID, m);
-  } else {
-    const float* ik = kv.ik_rows(layer, lo, n, ibuf, &st);
-    ops.max_dots(iq, ID, G, ik, st, n, ID, m);
-  }
+void index_scan_block(const KVView& kv, int layer, int64_t lo, int64_t n, const float* iq, int ID, int G, float* m) {
+  attention_max_dots(iq, ID, G, kv.ik_rows(layer, lo), n, ID, m);
 }
 
 void index_scan_tokens(const KVView& kv, int layer, int64_t lo, int64_t n, int Q, const float* const* iq, int ID,
-                       int G, float* ibuf, float* const* m) {
-  int64_t st;
-  if (Q > 1) {
-    if (const uint16_t* ikb = kv.ik_rows_bf16(layer, lo, &st)) {
-      cpu_ops().max_dots_bf16_multi(Q, iq, ID, G, ikb, st, n, ID, m);
-      return;
-    }
-    if (int kind; const uint8_t* ikq = kv.ik_rows_quantised(layer, lo, &st, &kind)) {
-      cpu_ops().max_dots_rows_multi(kind, Q, iq, ID, G, ikq, st, n, ID, m);
-      return;
-    }
-  }
-  for (int i = 0; i < Q; ++i) index_scan_block(kv, layer, lo, n, iq[i], ID, G, ibuf, m[i]);
+                       int G, float* const* m) {
+  attention_max_dots_multi(Q, iq, ID, G, kv.ik_rows(layer, lo), n, ID, m);
 }
 
 }  // namespace m3

@@ -30,10 +30,9 @@ void attention_batch(const ModelConfig& cfg, int layer, const AttnSeq* seqs, int
                      const float* iq, AttentionPath path, float* out);
 
 // The MSA index scan of one block: m[g] = max(m[g], iq_g · k_j) over the index keys j in [lo, lo+n)
-// of one page, for the G groups' index queries (iq_g = iq + g*ID). BF16, FP8 and NVFP4 index keys
-// are read in place; other caches are read through ik_rows (decoded into ibuf, n * ID floats).
-void index_scan_block(const KVView& kv, int layer, int64_t lo, int64_t n, const float* iq, int ID, int G,
-                      float* ibuf, float* m);
+// of one page, for the G groups' index queries (iq_g = iq + g*ID), the keys read in place
+// (attention_max_dots).
+void index_scan_block(const KVView& kv, int layer, int64_t lo, int64_t n, const float* iq, int ID, int G, float* m);
 // OpenMP chunk for a step's index-scan items ((tile, block) pairs, consecutive blocks of one tile
 // next to each other): up to 8 blocks per grab, so that each thread streams a run of a sequence's
 // pages (consecutive in the pool when they were allocated together) instead of every other page, and
@@ -45,6 +44,6 @@ int64_t index_scan_chunk(int64_t items);
 // each with the results it gets alone; over BF16 and (avx512) NVFP4 index keys the keys are read and
 // decoded once for all Q tokens.
 void index_scan_tokens(const KVView& kv, int layer, int64_t lo, int64_t n, int Q, const float* const* iq, int ID,
-                       int G, float* ibuf, float* const* m);
+                       int G, float* const* m);
 
 }  // namespace m3

@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "formats/error.h"
+#include "kernels/cpu/attention.h"
 #include "kernels/cpu/elementwise.h"
 #include "model/json_reader.h"
 #include "model/model.h"
@@ -309,8 +310,8 @@ void DSparkDraft::propose(const DraftQuery* queries, int nq, int nslots, float* 
         for (int64_t lo = lo0; lo < Q.pos;) {
           const int64_t n = std::min<int64_t>(Q.pos, (lo / cw + 1) * cw) - lo;
           int64_t ks = 0, vs = 0;
-          const float* K = Q.kv->k_rows(l, g, lo, n, kbuf.data(), &ks);
-          const float* Vv = Q.kv->v_rows(l, g, lo, n, vbuf.data(), &vs);
+          const float* K = kv_rows_f32(Q.kv->k_rows(l, g, lo), n, int(D), kbuf.data(), &ks);
+          const float* Vv = kv_rows_f32(Q.kv->v_rows(l, g, lo), n, int(D), vbuf.data(), &vs);
           for (int j = 0; j < S; ++j) {
             const int64_t from = std::max<int64_t>(lo, Q.pos + j - (W - 1));
             for (int hh = 0; hh < G; ++hh) {

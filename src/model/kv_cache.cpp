@@ -39,19 +39,21 @@ void SeqCache::store(int layer, int64_t pos, const float* k, const float* v, con
   if (ik) std::memcpy(ik_[layer].data() + pos * index_dim_, ik, size_t(index_dim_) * 4);
 }
 
-const float* SeqCache::k_rows(int layer, int g, int64_t lo, int64_t, float*, int64_t* stride) const {
-  *stride = head_dim_;
-  return k_[size_t(layer) * size_t(n_groups_) + size_t(g)].data() + lo * head_dim_;
+namespace {
+// fp32 rows `dim` floats apart from row `lo` of a lane.
+KVRows f32_rows(const std::vector<float>& lane, int64_t lo, int dim) {
+  return {reinterpret_cast<const uint8_t*>(lane.data() + lo * dim), int64_t(dim) * 4, KVDtype::F32};
+}
+}  // namespace
+
+KVRows SeqCache::k_rows(int layer, int g, int64_t lo) const {
+  return f32_rows(k_[size_t(layer) * size_t(n_groups_) + size_t(g)], lo, head_dim_);
 }
 
-const float* SeqCache::v_rows(int layer, int g, int64_t lo, int64_t, float*, int64_t* stride) const {
-  *stride = head_dim_;
-  return v_[size_t(layer) * size_t(n_groups_) + size_t(g)].data() + lo * head_dim_;
+KVRows SeqCache::v_rows(int layer, int g, int64_t lo) const {
+  return f32_rows(v_[size_t(layer) * size_t(n_groups_) + size_t(g)], lo, head_dim_);
 }
 
-const float* SeqCache::ik_rows(int layer, int64_t lo, int64_t, float*, int64_t* stride) const {
-  *stride = index_dim_;
-  return ik_[layer].data() + lo * index_dim_;
-}
+KVRows SeqCache::ik_rows(int layer, int64_t lo) const { return f32_rows(ik_[layer], lo, index_dim_); }
 
 }  // namespace m3

@@ -28,10 +28,9 @@ class SeqCache : public KVView {
   int64_t size() const override { return n_tokens; }
   int chunk() const override { return chunk_; }
   void store(int layer, int64_t pos, const float* k, const float* v, const float* ik) override;
-  const float* k_rows(int layer, int g, int64_t lo, int64_t n, float* scratch, int64_t* stride) const override;
-  const float* v_rows(int layer, int g, int64_t lo, int64_t n, float* scratch, int64_t* stride) const override;
-  const float* ik_rows(int layer, int64_t lo, int64_t n, float* scratch, int64_t* stride) const override;
-  bool rows_in_place() const override { return true; }
+  KVRows k_rows(int layer, int g, int64_t lo) const override;
+  KVRows v_rows(int layer, int g, int64_t lo) const override;
+  KVRows ik_rows(int layer, int64_t lo) const override;
 
  private:
   int64_t capacity_ = 0;

@@ -133,14 +133,11 @@ INSTANTIATE_TEST_SUITE_P(Dtypes, EngineKvDtype,
 
 namespace {
 
-// The cache dtypes whose rows the kernels decode, with the kernels' row kind.
+// The cache dtypes whose rows the kernels decode.
 struct RowKindCase {
   m3::KVDtype dt;
-  m3::KvRowKind kind;
 };
-constexpr RowKindCase kRowKinds[] = {{m3::KVDtype::BF16, m3::KvRowKind::BF16},
-                                     {m3::KVDtype::FP8, m3::KvRowKind::FP8},
-                                     {m3::KVDtype::NVFP4, m3::KvRowKind::NVFP4}};
+constexpr RowKindCase kRowKinds[] = {{m3::KVDtype::BF16}, {m3::KVDtype::FP8}, {m3::KVDtype::NVFP4}};
 
 // The vectorised decode of cache rows (every ISA build) equals the reference row decoder exactly,
 // for each quantised dtype, on rows written by the cache's own encoder (widths on and off the
@@ -162,7 +159,7 @@ TEST(EngineKvDecode, VectorDecodeEqualsReferenceRows) {
           m3::kv_encode_row(k.dt, x.data(), dim, 1.0f, rows.data() + r * rb);
           m3::kv_decode_row(k.dt, rows.data() + r * rb, dim, 1.0f, want.data() + r * dim);
         }
-        ops->decode_kv_rows(int(k.kind), rows.data(), int64_t(rb), n, dim, got.data());
+        ops->decode_kv_rows(k.dt, rows.data(), int64_t(rb), n, dim, got.data());
         for (size_t i = 0; i < want.size(); ++i)
           ASSERT_EQ(want[i], got[i])  // exact; an E2M1 -0 may come back as +0 (equal values)
               << isa << " " << m3::kv_dtype_name(k.dt) << " dim " << dim << " element " << i << ": " << want[i]
@@ -204,10 +201,10 @@ TEST(EngineKvDecode, QuantisedIndexScanEqualsDecodedScan) {
             const std::vector<uint8_t> rows = encoded_rows(k.dt, D, n, rng, 2.f, 1);
             std::vector<float> dec(size_t(n) * size_t(D)), q(size_t(H) * size_t(D));
             for (auto& v : q) v = nd(rng);
-            ops->decode_kv_rows(int(k.kind), rows.data(), int64_t(rb), n, D, dec.data());
+            ops->decode_kv_rows(k.dt, rows.data(), int64_t(rb), n, D, dec.data());
             std::vector<float> want(static_cast<size_t>(H), -1e30f), got(static_cast<size_t>(H), -1e30f);
             ops->max_dots(q.data(), D, H, dec.data(), D, n, D, want.data());
-            ops->max_dots_rows(int(k.kind), q.data(), D, H, rows.data(), int64_t(rb), n, D, got.data());
+            ops->max_dots_rows(k.dt, q.data(), D, H, rows.data(), int64_t(rb), n, D, got.data());
             for (int h = 0; h < H; ++h)
               ASSERT_EQ(want[size_t(h)], got[size_t(h)]) << isa << " " << m3::kv_dtype_name(k.dt) << " D " << D
                                                          << " H " << H << " n " << n << " head " << h;
@@ -243,10 +240,10 @@ TEST(EngineKvDecode, MultiTokenQuantisedIndexScanSameBitsAsEachToken) {
               for (int i = 0; i < Q; ++i) {
                 qp[size_t(i)] = q.data() + size_t(i) * H * D;
                 mp[size_t(i)] = got.data() + size_t(i) * H;
-                ops->max_dots_rows(int(k.kind), qp[size_t(i)], D, H, rows.data(), int64_t(rb), n, D,
+                ops->max_dots_rows(k.dt, qp[size_t(i)], D, H, rows.data(), int64_t(rb), n, D,
                                    want.data() + size_t(i) * H);
               }
-              ops->max_dots_rows_multi(int(k.kind), Q, qp.data(), D, H, rows.data(), int64_t(rb), n, D, mp.data());
+              ops->max_dots_rows_multi(k.dt, Q, qp.data(), D, H, rows.data(), int64_t(rb), n, D, mp.data());
               ASSERT_EQ(std::memcmp(want.data(), got.data(), want.size() * 4), 0)
                   << isa << " " << m3::kv_dtype_name(k.dt) << " D " << D << " H " << H << " n " << n << " Q " << Q;
               ++checked;
@@ -285,8 +282,8 @@ TEST(EngineKvDecode, QuantisedBlockAttentionEqualsDecodedRows) {
               m3::kv_encode_row(k.dt, x.data(), D, 1.0f, V.data() + size_t(r) * rb);
             }
             for (auto& v : q) v = nd(rng);
-            ops->decode_kv_rows(int(k.kind), K.data(), int64_t(rb), N, D, kd.data());
-            ops->decode_kv_rows(int(k.kind), V.data(), int64_t(rb), N, D, vd.data());
+            ops->decode_kv_rows(k.dt, K.data(), int64_t(rb), N, D, kd.data());
+            ops->decode_kv_rows(k.dt, V.data(), int64_t(rb), N, D, vd.data());
             const float scale = 1.0f / std::sqrt(float(D));
             std::vector<float> mw(size_t(H), -std::numeric_limits<float>::infinity()), lw(size_t(H), 0.f),
                 accw(size_t(H) * size_t(D), 0.f), scr(size_t(H) * size_t(n + 8));
@@ -295,7 +292,7 @@ TEST(EngineKvDecode, QuantisedBlockAttentionEqualsDecodedRows) {
               const int64_t lo = b * n;
               ops->attn_block(q.data(), qs, H, kd.data() + lo * D, D, vd.data() + lo * D, D, n, D, scale, mw.data(),
                               lw.data(), accw.data(), scr.data(), nullptr, 0, 0);
-              ops->attn_block_rows(int(k.kind), q.data(), qs, H, K.data() + size_t(lo) * rb, int64_t(rb),
+              ops->attn_block_rows(k.dt, q.data(), qs, H, K.data() + size_t(lo) * rb, int64_t(rb),
                                    V.data() + size_t(lo) * rb, int64_t(rb), n, D, scale, mg.data(), lg.data(),
                                    accg.data(), scr.data(), b == 0 ? K.data() + size_t(n) * rb : nullptr,
                                    int64_t(rb), b == 0 ? n : 0);
@@ -307,7 +304,7 @@ TEST(EngineKvDecode, QuantisedBlockAttentionEqualsDecodedRows) {
             ASSERT_EQ(accw, accg) << what;
             // The vector builds decode 4-head groups of 16-element blocks in registers (the prefill
             // path reads such rows in place too); the generic build decodes to scratch.
-            EXPECT_EQ(ops->attn_block_rows_in_registers(int(k.kind), H, D), std::string(isa) != "generic" && H % 4 == 0)
+            EXPECT_EQ(ops->attn_block_rows_in_registers(k.dt, H, D), std::string(isa) != "generic" && H % 4 == 0)
                 << what;
             ++checked;
           }

@@ -257,7 +257,7 @@ int64_t first_token_differing_from_alone(const m3::CpuOps* ops, const m3::Linear
 }
 
 // Steps of 2..8 tokens run each BF16 / MXFP8 / NVFP4 tile through the in-register decode for up to three
-// tokens at once (linear_impl.inc, tile_tokens); more tokens, and matrices the fast forms do not
+// tokens at once (linear_kernels.h, tile_tokens); more tokens, and matrices the fast forms do not
 // cover (an MXFP8 scale code above kMxfp8PrescaleMaxCode, NVFP4 scales the placed form would round),
 // take the decoded-tile path (the avx512 build: even groups of up to six in registers, then panels).
 // Every output keeps the bits of the same token computed alone, for every token count from 2 to 17,
@@ -343,7 +343,7 @@ TEST(KernelsIsaPanels, ManyTokensSameBitsAsOneToken) {
 }
 
 // Steps of kLaneGemmMinTokens tokens or more run whole 16-row panels through the AVX2 lane GEMM
-// (linear_lane_gemm.inc, one product per lane of the dot form, added in hsum8's order): every output
+// (lane_gemm.h, one product per lane of the dot form, added in hsum8's order): every output
 // keeps the bits of the same token computed alone, for every format, row-major and tiled; 37 rows (two
 // panels, a tile and a tail row); token counts at the threshold, around the groups of six and past one
 // chunk of 96 tokens (the rows past one block of steps: 130 only); K below one step (F32 / BF16: 4), with a tail (260 = 32 steps + 4), and past one
@@ -406,7 +406,7 @@ TEST(KernelsIsaLaneGemm, Mxfp8LargeScaleCodesSameBits) {
   }
 }
 
-// The avx512 build's 512-bit kernels (linear_avx512.inc: two rows per vector, each lane fed as the
+// The avx512 build's 512-bit kernels (linear_avx512.h: two rows per vector, each lane fed as the
 // AVX2 kernel's) give the AVX2 build's bits: tiled MXFP8 / NVFP4 / BF16 in the decode step, steps of
 // a few tokens (in registers, groups of six) and many (panels, 18 tiles: one panel of 16 and one of
 // 2), with a tail row; and the matrices they leave to the AVX2 kernels (row-major, MXFP8 codes above
@@ -1047,7 +1047,7 @@ TEST(KernelsIsaAttention, AttnBlocksMatchReference) {
   }
 }
 
-// The avx512 build's attention kernels (attention_avx512.inc: two heads per vector for the scores, 16
+// The avx512 build's attention kernels (attention_avx512.h: two heads per vector for the scores, 16
 // dimensions per vector for P·V) give the AVX2 build's bits: the index scan and block attention over
 // fp32 and BF16 rows, for head counts whose groups of four take the 512-bit scores (4, 8) and others
 // (6: a group of 2 on the AVX2 path), D = 128 and 136 (P·V slices of 48, 32 and 16, then 8), blocks

@@ -323,8 +323,7 @@ void BM_max_dots_cache(benchmark::State& state) {
     if (c.dt == m3::KVDtype::BF16)
       ops.max_dots_bf16(c.q.data(), D, H, kb, D, n, D, m.data());
     else
-      ops.max_dots_rows(c.dt == m3::KVDtype::FP8 ? int(m3::KvRowKind::FP8) : int(m3::KvRowKind::NVFP4), c.q.data(), D,
-                        H, c.k.data(), int64_t(c.rb), n, D, m.data());
+      ops.max_dots_rows(c.dt, c.q.data(), D, H, c.k.data(), int64_t(c.rb), n, D, m.data());
     benchmark::DoNotOptimize(m.data());
   }
   state.SetItemsProcessed(int64_t(state.iterations()) * n);
@@ -338,7 +337,6 @@ void BM_attn_block_cache(benchmark::State& state) {
   CacheRows c(state.range(0), n, H, D);
   std::vector<float> m(static_cast<size_t>(H)), l(static_cast<size_t>(H)), acc(size_t(H * D)), scratch(size_t(H * (n + 8)));
   const m3::CpuOps& ops = m3::cpu_ops();
-  const int kind = c.dt == m3::KVDtype::FP8 ? int(m3::KvRowKind::FP8) : int(m3::KvRowKind::NVFP4);
   for (auto _ : state) {
     for (int h = 0; h < H; ++h) m[size_t(h)] = -std::numeric_limits<float>::infinity(), l[size_t(h)] = 0;
     if (c.dt == m3::KVDtype::BF16)
@@ -346,7 +344,7 @@ void BM_attn_block_cache(benchmark::State& state) {
                           reinterpret_cast<const uint16_t*>(c.v.data()), D, n, D, 0.088f, m.data(), l.data(), acc.data(),
                           scratch.data(), nullptr, 0, 0);
     else
-      ops.attn_block_rows(kind, c.q.data(), D, H, c.k.data(), int64_t(c.rb), c.v.data(), int64_t(c.rb), n, D, 0.088f,
+      ops.attn_block_rows(c.dt, c.q.data(), D, H, c.k.data(), int64_t(c.rb), c.v.data(), int64_t(c.rb), n, D, 0.088f,
                           m.data(), l.data(), acc.data(), scratch.data(), nullptr, 0, 0);
     benchmark::DoNotOptimize(acc.data());
   }

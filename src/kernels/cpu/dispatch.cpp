@@ -5,23 +5,31 @@
 #include <cstring>
 
 #include "formats/error.h"
+#include "kernels/cpu/cpu_features.h"
 
 namespace m3 {
 
 namespace {
-bool has_avx2() { return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"); }
-bool has_avx512() {
-  return has_avx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
-         __builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("avx512vnni") &&
-         __builtin_cpu_supports("gfni");
+// Built on first use (not at static initialisation: the parts live in other translation units).
+const CpuOps& generic_ops() {
+  static const CpuOps ops{isa_generic::kLinearOps, isa_generic::kAttentionOps, "generic"};
+  return ops;
+}
+const CpuOps& avx2_ops() {
+  static const CpuOps ops{isa_avx2::kLinearOps, isa_avx2::kAttentionOps, "avx2"};
+  return ops;
+}
+const CpuOps& avx512_ops() {
+  static const CpuOps ops{isa_avx512::kLinearOps, isa_avx512::kAttentionOps, "avx512"};
+  return ops;
 }
 }  // namespace
 
 const CpuOps* cpu_ops_for(const char* isa) {
-  if (!std::strcmp(isa, "generic")) return &isa_generic::kOps;
-  if (!std::strcmp(isa, "avx2")) return has_avx2() ? &isa_avx2::kOps : nullptr;
-  if (!std::strcmp(isa, "avx512")) return has_avx512() ? &isa_avx512::kOps : nullptr;
+  const CpuFeatures& f = cpu_features();
+  if (!std::strcmp(isa, "generic")) return &generic_ops();
+  if (!std::strcmp(isa, "avx2")) return f.avx2_fma ? &avx2_ops() : nullptr;
+  if (!std::strcmp(isa, "avx512")) return f.avx512_kernels ? &avx512_ops() : nullptr;
   return nullptr;
 }
 
@@ -32,9 +40,10 @@ const CpuOps& cpu_ops() {
       if (!o) throw Error(std::string("M3_ISA=") + forced + ": unknown or not supported by this CPU (generic, avx2, avx512)");
       return o;
     }
-    if (has_avx512()) return &isa_avx512::kOps;
-    if (has_avx2()) return &isa_avx2::kOps;
-    return &isa_generic::kOps;
+    const CpuFeatures& f = cpu_features();
+    if (f.avx512_kernels) return &avx512_ops();
+    if (f.avx2_fma) return &avx2_ops();
+    return &generic_ops();
   }();
   return *ops;
 }

@@ -1,8 +1,12 @@
 // Run-time ISA dispatch: the kernel table compiled for generic x86-64, AVX2+FMA and AVX-512 is
-// chosen once from cpuid (or forced with M3_ISA=generic|avx2|avx512 for parity tests).
+// chosen once from cpuid (cpu_features.h), or forced with M3_ISA=generic|avx2|avx512 for parity tests.
+// Each ISA's table is two parts, each compiled with that ISA's flags in its own translation unit:
+// LinearOps (linear_generic.cpp, linear_avx2.cpp, linear_avx512.cpp) and AttentionOps
+// (attention_generic.cpp, attention_avx2.cpp, attention_avx512.cpp).
 #pragma once
 #include <cstdint>
 
+#include "kernels/cpu/kv_format.h"
 #include "kernels/cpu/linear.h"
 
 namespace m3 {
@@ -11,8 +15,7 @@ namespace m3 {
 // when it has no more for this call.
 using RowClaim = bool (*)(void* ctx, int64_t* r0, int64_t* r1);
 
-struct CpuOps {
-  const char* name;
+struct LinearOps {
   float (*dot)(const float* a, const float* b, int64_t n);
   void (*axpy)(float a, const float* x, float* y, int64_t n);  // y += a*x
   // Rows [r0, r1) of y[T, N] = x[T, K] · Wᵀ; scratch holds at least kLinearTileRows * K floats.
@@ -22,6 +25,9 @@ struct CpuOps {
   void (*linear_rows_claimed)(const Linear& W, const float* x, int64_t T, float* y, RowClaim claim, void* ctx,
                               float* scratch);
   void (*decode_rows)(const Linear& W, int64_t r0, int64_t n, float* out);
+};
+
+struct AttentionOps {
   // MSA index scan: m[h] = max(m[h], max_j q_h · k_j) for h < H, j < n, with q_h = q + h*qs and
   // k_j = k + j*ks (D floats each).
   void (*max_dots)(const float* q, int64_t qs, int H, const float* k, int64_t ks, int64_t n, int D, float* m);
@@ -39,37 +45,41 @@ struct CpuOps {
                           int64_t vs, int64_t n, int D, float scale, float* m, float* l, float* acc, float* scratch,
                           const uint16_t* K_next, int64_t ks_next, int64_t n_next);
   // n cache rows of `dim` elements (stride_bytes apart) decoded to fp32 [n, dim], exactly as
-  // engine/kv_format's kv_decode_row with scale 1 (BF16, FP8 E4M3, NVFP4 with per-16 E4M3 scales).
-  void (*decode_kv_rows)(int kind, const uint8_t* src, int64_t stride_bytes, int64_t n, int dim, float* out);
+  // kv_decode_row (kv_format.h) with scale 1 (fp32, BF16, FP8 E4M3, NVFP4 with per-16 E4M3 scales).
+  void (*decode_kv_rows)(KVDtype kind, const uint8_t* src, int64_t stride_bytes, int64_t n, int dim, float* out);
   // The index scan (as max_dots) over n quantised cache rows of `kind` (FP8 or NVFP4, scale 1) read in
   // place, stride_bytes apart; equals max_dots over the rows decode_kv_rows writes, bit for bit.
-  void (*max_dots_rows)(int kind, const float* q, int64_t qs, int H, const uint8_t* k, int64_t stride_bytes,
+  void (*max_dots_rows)(KVDtype kind, const float* q, int64_t qs, int H, const uint8_t* k, int64_t stride_bytes,
                         int64_t n, int D, float* m);
   // attn_block over quantised K / V cache rows of `kind` (FP8 or NVFP4, scale 1) read in place,
   // kb / vb bytes apart (K_next: kb_next apart); equals attn_block over the rows decode_kv_rows
   // writes, bit for bit.
-  void (*attn_block_rows)(int kind, const float* q, int64_t qs, int H, const uint8_t* K, int64_t kb, const uint8_t* V,
+  void (*attn_block_rows)(KVDtype kind, const float* q, int64_t qs, int H, const uint8_t* K, int64_t kb, const uint8_t* V,
                           int64_t vb, int64_t n, int D, float scale, float* m, float* l, float* acc, float* scratch,
                           const uint8_t* K_next, int64_t kb_next, int64_t n_next);
   // Whether attn_block_rows decodes rows of this kind and shape in registers; if not, it decodes the
   // block to scratch first, and a caller with many query tokens does better decoding once and reusing.
-  bool (*attn_block_rows_in_registers)(int kind, int H, int D);
+  bool (*attn_block_rows_in_registers)(KVDtype kind, int H, int D);
   // max_dots_bf16 for Q query tokens over the same keys (prefill: consecutive tokens scan the same
   // blocks): q[i] token i's H heads (qs apart), m[i] its H running maxima; each token's results are
   // those of max_dots_bf16 on its own.
   void (*max_dots_bf16_multi)(int Q, const float* const* q, int64_t qs, int H, const uint16_t* k, int64_t ks,
                               int64_t n, int D, float* const* m);
   // max_dots_rows for Q query tokens over the same quantised rows (as max_dots_bf16_multi).
-  void (*max_dots_rows_multi)(int kind, int Q, const float* const* q, int64_t qs, int H, const uint8_t* k,
+  void (*max_dots_rows_multi)(KVDtype kind, int Q, const float* const* q, int64_t qs, int H, const uint8_t* k,
                               int64_t stride_bytes, int64_t n, int D, float* const* m);
 };
 
+// One ISA's whole table (callers read the members of both parts: ops.linear_rows, ops.attn_block).
+struct CpuOps : LinearOps, AttentionOps {
+  const char* name;
+};
+
 constexpr int kLinearTileRows = 4;
-// Steps of this many tokens or more run the AVX2 build's lane GEMM (linear_lane_gemm.inc) on panels
-// of kLanePanelRows rows (4 tiles); the parallel matmul hands such steps whole panels. Below it the
+// Steps of this many tokens or more run the AVX2 build's lane GEMM (lane_gemm.h) on panels of
+// kLanePanelRows rows (4 tiles); the parallel matmul hands such steps whole panels. Below it the
 // decoded tile's dot products win: the lane GEMM decodes and transposes each panel once per call
-// (speed, 512 x 2048, 2 threads, Zen 3, ms old / lane: MXFP8 32 tokens 0.73 / 0.88, 48 1.08 / 1.13,
-// 64 1.39 / 1.47, 96 2.05 / 1.99; NVFP4 32 0.71 / 0.83, 64 1.37 / 1.39, 96 1.93 / 1.91).
+// (figures: docs/benchmarks.md, perf notes).
 constexpr int64_t kLaneGemmMinTokens = 64;
 constexpr int kLanePanelRows = 16;
 // linear_forward_many runs a step of more tokens than lane_slice_tokens(K) as near-equal slices (same
@@ -77,8 +87,7 @@ constexpr int kLanePanelRows = 16;
 // of the activations, which every 16-row panel streams once: at most 512 tokens (an 8192-token prefill
 // chunk on a 64-thread server would otherwise hold 64 copies of its x), and at most 512 x 2048 floats
 // (4 MB) for wider matrices, down to 128 tokens. Speed: a whole 512-token x of a 6144-wide product
-// (12.6 MB per thread) falls out of the caches; smaller budgets than 4 MB were slower for the
-// 2048-wide products (docs/benchmarks.md section 5).
+// (12.6 MB per thread) falls out of the caches (figures: docs/benchmarks.md section 5).
 constexpr int64_t kLaneGemmMaxTokens = 512;
 constexpr int64_t kLaneGemmMaxFloats = kLaneGemmMaxTokens * 2048;
 inline int64_t lane_slice_tokens(int64_t K) {
@@ -86,15 +95,14 @@ inline int64_t lane_slice_tokens(int64_t K) {
   return fit >= kLaneGemmMaxTokens ? kLaneGemmMaxTokens : fit < 2 * kLaneGemmMinTokens ? 2 * kLaneGemmMinTokens : fit;
 }
 
-// Row encodings of the quantised paged KV cache (engine/kv_format.h), as the decode kernel sees them.
-enum class KvRowKind : int { BF16 = 1, FP8 = 2, NVFP4 = 3 };
 
 const CpuOps& cpu_ops();
 // The table for one ISA by name, or nullptr when this CPU cannot run it.
 const CpuOps* cpu_ops_for(const char* isa);
 
-namespace isa_generic { extern const CpuOps kOps; }
-namespace isa_avx2 { extern const CpuOps kOps; }
-namespace isa_avx512 { extern const CpuOps kOps; }
+// The parts each ISA's translation units define.
+namespace isa_generic { extern const LinearOps kLinearOps; extern const AttentionOps kAttentionOps; }
+namespace isa_avx2 { extern const LinearOps kLinearOps; extern const AttentionOps kAttentionOps; }
+namespace isa_avx512 { extern const LinearOps kLinearOps; extern const AttentionOps kAttentionOps; }
 
 }  // namespace m3

@@ -20,10 +20,10 @@ struct Linear {
   const uint8_t* scales = nullptr;  // MXFP8: E8M0 [N, K/32]; NVFP4: E4M3 [N, K/16]
   float global_div = 1.0f;          // NVFP4 compressed-tensors weight_global_scale (a divisor)
   // NVFP4 only, opt-in: activations rounded to int8 per 16 elements for the integer dot products
-  // (linear_nvfp4_q8.inc; faster, not exact). Requires K % 128 == 0 (see enable_int8_activations).
+  // (linear_nvfp4_q8.h; faster, not exact). Requires K % 128 == 0 (see enable_int8_activations).
   bool act_int8 = false;
-  // MXFP8 and NVFP4, opt-in: activations rounded to BF16 (round_to_bf16 in linear_impl.inc) before
-  // the products, which then run as BF16 dot products where the CPU has them (linear_bf16_dot.inc;
+  // MXFP8 and NVFP4, opt-in: activations rounded to BF16 (round_to_bf16 in linear_kernels.h) before
+  // the products, which then run as BF16 dot products where the CPU has them (linear_bf16_dot.h;
   // faster, not exact). Set by enable_bf16_activations.
   bool act_bf16 = false;
   // MXFP8: the smallest and largest E8M0 scale code of the matrix (set_scale_range). The decode

@@ -1,7 +1,7 @@
 // The 512-bit forms of the index scan and block attention over NVFP4 cache rows read in place (the
 // recipe's `--kv-cache-dtype nvfp4` and `indexer_kv_dtype: nvfp4`) and over FP8 rows (Fp8Rows512: the
-// AVX2 form's FP16 widening, 16 elements per vector), included by attention_impl.inc in
-// the avx512 build only, after the AVX2 forms (Nvfp4Rows, Fp8Rows, dot4_tile_rows, pv_rows), whose bits they
+// AVX2 form's FP16 widening, 16 elements per vector), in the avx512 build only
+// (attention_avx512.cpp), after the AVX2 forms (Nvfp4Rows, Fp8Rows, dot4_tile_rows, pv_rows), whose bits they
 // keep (engine_kv_dtype_test: equal to the kernels over the rows decode_kv_rows writes, every ISA):
 //  - decode: one 16-element block's 8 code bytes in every 64-bit lane; one multi-shift byte select
 //    (AVX512-VBMI) moves code e into the low bits of the 32-bit lanes that take it, and one permute
@@ -13,6 +13,24 @@
 //  - P·V (pv_rows512): 16 dimensions per vector, each (head, dimension) summing its keys in order.
 // Speed: the AVX2 forms decode with five byte shuffles, two conversions and two multiplies per 16
 // elements; here two or three permutes and no multiply (figures: docs/benchmarks.md section 5).
+#pragma once
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <type_traits>
+#include <immintrin.h>
+
+#include "kernels/cpu/attention_avx512.h"
+#include "kernels/cpu/attention_rows_avx2.h"
+#include "kernels/cpu/isa_level.h"
+
+#if !defined(M3_KERNELS_AVX512)
+#error "attention_rows_avx512.h needs the M3_KERNELS_AVX512 compiler flags (see CMakeLists.txt)"
+#endif
+
+namespace m3::cpu {
+namespace {
 
 // kv_nvfp4_products()[16 c + e]: E2M1 code e (twice its value, times 2^24) times Nvfp4Rows' placed
 // scale of E4M3 code c, the product Nvfp4Rows::ld16 forms for that element.
@@ -291,3 +309,6 @@ struct Block512 {
     pv_rows512<HB, Rows>(P, ldp, V, vb, n, D, r, acc, next);
   }
 };
+
+}  // namespace
+}  // namespace m3::cpu

@@ -18,7 +18,30 @@
 // the 8 lane sums are then added in hsum8's order, ((0 + 4) + (2 + 6)) + ((1 + 5) + (3 + 7)), before
 // the same tail fmas. Every output therefore has the bits of the one-token decode step.
 //
-// Included inside linear_impl.inc's anonymous namespace, AVX2 decode builds only (uses decode_tile).
+#pragma once
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <immintrin.h>
+
+#include "formats/dtype.h"
+#include "formats/host_memory.h"
+#include "kernels/cpu/aligned_vector.h"
+#include "kernels/cpu/dispatch.h"
+#include "kernels/cpu/isa_level.h"
+#include "kernels/cpu/linear.h"
+#include "kernels/cpu/linear_avx2.h"
+#include "kernels/cpu/linear_decode.h"
+#include "kernels/cpu/simd_avx2.h"
+
+#if !defined(M3_KERNELS_AVX2)
+#error "lane_gemm.h needs the M3_KERNELS_AVX2 compiler flags (see CMakeLists.txt)"
+#endif
+
+namespace m3::cpu {
+namespace {
 
 constexpr int64_t kLaneRows = m3::kLanePanelRows;  // rows per panel: two 8-row vectors
 constexpr int kLaneTokens = 6;                      // tokens per register block (6 x 2 accumulators)
@@ -343,8 +366,6 @@ void lane_add_sums(const LaneX& p, const float* sums, int64_t ng, int64_t g0, co
 // y rows [r, r + 16) (four whole tiles) for every token of p: the panel is decoded and packed once,
 // then each chunk of token groups runs lane by lane over it (one lane's 16 KB weight block stays in L1
 // while the groups' activations stream past), and its lane sums are added up.
-// (Tried and dropped as slower: four panels per pass over the activations, so that a lane's
-// activations come from L2 for three panels of four, and blocks of 128 steps.)
 // nvfp4_scales: decode_tile's NVFP4 block scales by code (nvfp4_block_scales; nullptr for other formats).
 void lane_panel(const m3::Linear& W, const LaneX& p, float* y, int64_t r, LaneScratch& s, const float* nvfp4_scales) {
   const int64_t K = W.K, N = W.N, K8 = p.K8, G = p.G;
@@ -379,3 +400,6 @@ void lane_rows(const m3::Linear& W, const LaneX& p, float* y, int64_t r0, int64_
   scratch.reserve(W.K);
   for (int64_t r = r0; r < r1; r += kLaneRows) lane_panel(W, p, y, r, scratch, nvfp4_scales);
 }
+
+}  // namespace
+}  // namespace m3::cpu

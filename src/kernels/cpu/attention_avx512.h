@@ -1,9 +1,25 @@
-// The 512-bit forms of the attention kernels over fp32 / BF16 rows (included by attention_impl.inc
-// in the avx512 build only), bit-identical to the AVX2 forms (kernels_isa_test):
+// The 512-bit forms of the attention kernels over fp32 / BF16 rows (attention_avx512.cpp only)
+//, bit-identical to the AVX2 forms (kernels_isa_test):
 //  - scores (dot4_tile): two heads per vector, each in 8 lanes, against the key's 8 elements
 //    broadcast to both halves; each (key, head) keeps its 8-lane accumulator and the same reduction;
 //  - P·V (pv_heads): 16 output dimensions per vector; each (head, dimension) sums its keys in order.
 // Speed: half the FMA and load instructions (AVX-512 cores run two 512-bit FMAs per cycle).
+#pragma once
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+#include <immintrin.h>
+
+#include "kernels/cpu/attention_simd.h"
+#include "kernels/cpu/isa_level.h"
+
+#if !defined(M3_KERNELS_AVX512)
+#error "attention_avx512.h needs the M3_KERNELS_AVX512 compiler flags (see CMakeLists.txt)"
+#endif
+
+namespace m3::cpu {
+namespace {
 
 // The 8 elements at p in both halves.
 inline __m512 ld8x2(const float* p) { return _mm512_broadcast_f32x8(_mm256_loadu_ps(p)); }
@@ -243,3 +259,6 @@ inline void max_dots4_multi512(const float* const* qp, const E* k, int64_t ks, i
   }
   store_maxima_from_r_order<NQ>(mx, m);
 }
+
+}  // namespace
+}  // namespace m3::cpu

@@ -1,6 +1,6 @@
 // MXFP8 and NVFP4 matmuls with BF16 activations (the opt-in `--mxfp8-activations bf16` and
-// `--nvfp4-activations bf16`, Linear::act_bf16) on CPUs with AVX512-BF16 (included by linear_impl.inc
-// in the avx512 build only; every function that uses BF16 instructions carries the target attribute
+// `--nvfp4-activations bf16`, Linear::act_bf16) on CPUs with AVX512-BF16 (linear_avx512.cpp
+// only; every function that uses BF16 instructions carries the target attribute
 // and runs only where bf16_dot_available() holds). Steps of up to kBf16DotMaxTokens tokens decode the
 // tiles in registers (bf16_dot_rows); more tokens go through panels of tiles
 // decoded once to BF16 words (bf16_panel_rows).
@@ -19,12 +19,36 @@
 // the words are in the order of 128-bit lanes: unpacklo holds codes {0..7, 16..23} of row 2p, then the
 // same codes of row 2p + 1; unpackhi codes {8..15, 24..31} of each. The activations are laid out to
 // match (bf16_dot_pack_x): per token and block, 32 words for the unpacklo vector and 32 for unpackhi.
+#pragma once
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <immintrin.h>
+
+#include "kernels/cpu/aligned_vector.h"
+#include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/dispatch.h"
+#include "kernels/cpu/isa_level.h"
+#include "kernels/cpu/linear.h"
+#include "kernels/cpu/linear_avx512.h"
+#include "kernels/cpu/simd_avx2.h"
+
+#if !defined(M3_KERNELS_AVX512)
+#error "linear_bf16_dot.h needs the M3_KERNELS_AVX512 compiler flags (see CMakeLists.txt)"
+#endif
+
+namespace m3::cpu {
+namespace {
+
 #define M3_BF16_DOT_TARGET __attribute__((target("avx512bf16")))
 
 // Whether this CPU runs vdpbf16ps (the avx512 build's other extensions are already required).
 inline bool bf16_dot_available() {
-  static const bool ok = __builtin_cpu_supports("avx512bf16");
-  return ok;
+  return m3::cpu_features().avx512bf16;
 }
 
 // The high and low bytes of the BF16 word of E4M3 magnitude codes 0..127 (code 0x7f, NaN, as the quiet
@@ -424,3 +448,6 @@ M3_BF16_DOT_TARGET void bf16_panel_rows(const m3::Linear& W, const uint16_t* xq,
     }
   }
 }
+
+}  // namespace
+}  // namespace m3::cpu

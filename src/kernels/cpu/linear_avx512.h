@@ -1,4 +1,4 @@
-// The 512-bit forms of the matmul kernels (included by linear_impl.inc in the avx512 build only).
+// The 512-bit forms of the matmul kernels (linear_avx512.cpp only).
 //
 // Two rows per vector: rows 2p and 2p + 1 of a 4-row tile ("pair" p) share one 512-bit register,
 // each in 8 lanes, against the token's 8 activations broadcast to both halves. Every lane receives
@@ -13,6 +13,40 @@
 // affine map), times 2^(code - 7) (the Scaled form of dot_rows_mxfp8_xs); NVFP4 codes into the
 // low bits of a lane as the index of a 16-entry table per scale code holding the AVX2 kernel's
 // products (vpermt2ps); BF16 by placing its two bytes in the top half.
+#pragma once
+#include <algorithm>
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+#include <immintrin.h>
+
+#include "kernels/cpu/aligned_vector.h"
+#include "kernels/cpu/dispatch.h"
+#include "kernels/cpu/isa_level.h"
+#include "kernels/cpu/linear.h"
+#include "kernels/cpu/linear_avx2.h"
+#include "kernels/cpu/linear_decode.h"
+#include "kernels/cpu/simd_avx2.h"
+
+#if !defined(M3_KERNELS_AVX512)
+#error "linear_avx512.h needs the M3_KERNELS_AVX512 compiler flags (see CMakeLists.txt)"
+#endif
+
+namespace m3::cpu {
+namespace {
+
+// Steps of up to this many tokens decode each tile in registers; more decode it once to a panel.
+// Per format, since the decode's share differs: each bound is where panels start to beat registers
+// (docs/benchmarks.md section 5).
+inline int64_t tile_tokens512_max(m3::LinearKind kind) {
+  switch (kind) {
+    case m3::LinearKind::MXFP8: return 15;
+    case m3::LinearKind::NVFP4: return 11;
+    default: return 40;
+  }
+}
 
 // 64 byte indices for vpermb from f(destination byte).
 template <class F>
@@ -565,3 +599,6 @@ void rows512(const m3::Linear& W, const float* wtab, const float* x, int64_t T, 
     }
   }
 }
+
+}  // namespace
+}  // namespace m3::cpu

@@ -15,7 +15,28 @@
 //   8 lane accumulators, lane p of group g takes block 8g + kQ8BlockOrder[p]:
 //       acc_p = fma(float(s_b), w_b * xs_b, acc_p)
 //   y = the hsum8 reduction of the 8 lanes ((p, p+4) pairs, then (0,2)/(1,3), then the last pair).
-// Included inside linear_impl.inc's anonymous namespace (uses hsum8 and TilePrefetch there).
+#pragma once
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+#include <immintrin.h>
+
+#include "formats/dtype.h"
+#include "kernels/cpu/dispatch.h"
+#include "kernels/cpu/element_tables.h"
+#include "kernels/cpu/isa_level.h"
+#include "kernels/cpu/linear.h"
+#ifdef M3_KERNELS_AVX2
+#include "kernels/cpu/simd_avx2.h"
+#endif
+#ifdef M3_KERNELS_AVX512
+#include "kernels/cpu/linear_avx512.h"
+#endif
+
+namespace m3::cpu {
+namespace {
 
 constexpr int64_t kQ8Group = 128;
 constexpr int kQ8BlockOrder[8] = {0, 1, 4, 5, 2, 3, 6, 7};  // the lane order of hadd_epi32 over two chunks
@@ -36,7 +57,7 @@ inline float q8_e4m3_div256(uint8_t c) {
   return m3::f16_to_float(uint16_t(((c & 0x80u) << 8) | ((c & 0x7fu) << 7)));
 }
 
-#ifdef M3_HAVE_AVX2_DECODE
+#ifdef M3_KERNELS_AVX2
 // One group of 128 activations (speed: a decode step quantises every expert input; the scalar loops
 // cost as much as the product itself). Same results as the scalar version below: the block maximum
 // is order-independent, and division, multiplication and round-to-nearest-even are exact IEEE steps.
@@ -147,7 +168,7 @@ inline float q8_reduce_lanes(const float* l) {
   return q8_reduce_lanes(acc);
 }
 
-#ifdef M3_HAVE_AVX2_DECODE
+#ifdef M3_KERNELS_AVX2
 // The 8 block scales of one group in lane order, times c256 (one pshufb permutes the bytes into
 // the high halves of 16-bit lanes; shift and mask make the FP16 pattern of value / 256).
 inline __m256 q8_block_scales(const uint8_t* sc, __m256 c256) {
@@ -262,7 +283,7 @@ void q8_dot_rows_xT(const uint8_t* p, const uint8_t* sc, float c256, const Q8Act
 }
 #endif
 
-#if defined(M3_HAVE_AVX512_KERNELS) && defined(__AVX512VNNI__)
+#if defined(M3_KERNELS_AVX512) && defined(__AVX512VNNI__)
 // The 512-bit forms (avx512 build with AVX512-VNNI): two rows per register (row A in the low half, B in
 // the high), one vpdpbusd per 64 code bytes instead of maddubs + add + madd. The integer block sums
 // are exact either way and land in the same lanes (the per-128-bit shuffles below are hadd_epi32's
@@ -390,14 +411,14 @@ void nvfp4_q8_rows(const m3::Linear& W, const Q8Acts& acts, int64_t T, float* y,
     const int64_t nr = std::min<int64_t>(m3::kLinearTileRows, r1 - r);
     const uint8_t* p = W.w + size_t(r) * (K / 2);
     const uint8_t* sc = W.scales + size_t(r) * (K / 16);
-#if defined(M3_HAVE_AVX512_KERNELS) && defined(__AVX512VNNI__)
+#if defined(M3_KERNELS_AVX512) && defined(__AVX512VNNI__)
     if (nr == 4) {
       if (T == 1) q8_dot_rows4_x1_512(p, sc, c256, acts, K, y + r, r + 8 <= pf_end);
       else q8_dot_rows_xT_512(p, sc, c256, acts, K, T, N, y + r, scratch);
       continue;
     }
 #endif
-#ifdef M3_HAVE_AVX2_DECODE
+#ifdef M3_KERNELS_AVX2
     if (T == 1 && nr == 4) q8_dot_rows4_x1(p, sc, c256, acts, K, y + r, r + 8 <= pf_end);
     else q8_dot_rows_xT(p, sc, c256, acts, K, nr, T, N, y + r, scratch);
 #else
@@ -409,3 +430,6 @@ void nvfp4_q8_rows(const m3::Linear& W, const Q8Acts& acts, int64_t T, float* y,
 #endif
   }
 }
+
+}  // namespace
+}  // namespace m3::cpu
