@@ -78,7 +78,7 @@ void mask_bench(benchmark::State& st, const std::string& schema) {
   spec->vocab = vocab();
   const TokenVocab& v = *spec->vocab;
   const int kSteps = 128;
-  int64_t steps = 0, computed = 0;
+  int64_t steps = 0, computed = 0, trie_steps = 0;
   for (auto _ : st) {
     Matcher m(spec);
     std::mt19937 rng(7);
@@ -101,9 +101,12 @@ void mask_bench(benchmark::State& st, const std::string& schema) {
       ++steps;
     }
     computed += m.stats().masks_computed;
+    trie_steps += m.stats().trie_steps;
   }
   st.counters["us_per_step"] = benchmark::Counter(double(steps) * 1e-6, benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
   st.counters["masks_computed_per_step"] = double(computed) / double(std::max<int64_t>(steps, 1));
+  st.counters["trie_nodes_per_mask"] = double(trie_steps) / double(std::max<int64_t>(computed, 1));
+  st.counters["trie_nodes"] = double(v.trie_nodes());
 }
 void BM_MaskStepSmall(benchmark::State& st) { mask_bench(st, kSmall); }
 void BM_MaskStepLarge(benchmark::State& st) { mask_bench(st, large_schema()); }

@@ -283,7 +283,7 @@ const uint64_t* Matcher::mask() {
   }
   auto m = rt_->compute_mask(st_.config, *spec_);
   // Cached masks are bounded (each is vocab/8 bytes): past the bound the cache starts over.
-  if (rt_->cached_masks >= 256) {
+  if (rt_->cached_masks >= 64) {
     for (auto& c : rt_->configs) c.mask.reset();
     rt_->cached_masks = 0;
   }
