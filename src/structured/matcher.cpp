@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
+#include <mutex>
 #include <numeric>
 #include <unordered_map>
 
@@ -24,6 +26,15 @@ std::shared_ptr<const TokenVocab> TokenVocab::build(const Tokenizer& tok, int64_
     v->special_[size_t(id)] = tok.is_special(id) ? 1 : 0;
   }
   v->build_trie();
+  return v;
+}
+
+std::shared_ptr<const TokenVocab> TokenVocab::shared(const Tokenizer& tok, int64_t vocab_size) {
+  static std::mutex mu;
+  static std::map<std::pair<const Tokenizer*, int64_t>, std::shared_ptr<const TokenVocab>> built;
+  std::lock_guard lk(mu);
+  auto& v = built[{&tok, vocab_size}];
+  if (!v) v = build(tok, vocab_size);
   return v;
 }
 

@@ -31,6 +31,8 @@ class TokenVocab {
   // `vocab_size`: the model's vocabulary (the mask's length; ids the tokenizer lacks are never
   // allowed). Special added tokens are kept out of the trie.
   static std::shared_ptr<const TokenVocab> build(const Tokenizer& tok, int64_t vocab_size);
+  // build() once per (tokenizer, vocab_size) for the life of the process (thread-safe).
+  static std::shared_ptr<const TokenVocab> shared(const Tokenizer& tok, int64_t vocab_size);
   // From explicit byte strings (tests); `special[i]` keeps token i out of the trie.
   static std::shared_ptr<const TokenVocab> from_tokens(const std::vector<std::string>& bytes,
                                                        const std::vector<bool>& special, int32_t eos);
