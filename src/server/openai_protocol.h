@@ -15,6 +15,7 @@
 
 #include "chat/chat_template.h"
 #include "chat/reasoning_parser.h"
+#include "structured/request.h"
 #include "chat/tool_parser.h"
 #include "engine/engine.h"
 #include "tokenizer/incremental_detokenizer.h"
@@ -73,6 +74,9 @@ struct ParsedRequest {
   bool logprobs = false;
   int top_logprobs = 0;
   ChoiceOptions choice;
+  // response_format / structured_outputs / guided_*: the grammar (compiled into params.constraint
+  // once the prompt is known).
+  std::optional<structured::StructuredRequest> structured;
 };
 
 // The generation prefix forced for tool_choice "required" (name empty: the model writes the name)
