@@ -7,10 +7,10 @@ DEB_PACKAGES = g++ cmake make pkg-config libgtest-dev libbenchmark-dev nlohmann-
                libcli11-dev libfmt-dev libpcre2-dev \
                libcpp-httplib-dev libssl-dev ca-certificates zlib1g-dev libbrotli-dev libboost-dev curl python3 \
                libzmq3-dev cppzmq-dev libmsgpack-cxx-dev python3-zmq python3-msgpack nginx haproxy \
-               libhiredis-dev redis-server
+               libhiredis-dev redis-server nodejs npm python3-jsonschema
 DEMO_MODEL ?= $(BUILD)/demo-model
 
-.PHONY: all deps configure build test test-asan run clean soak bench-kernels
+.PHONY: all deps configure build test test-asan run clean soak bench-kernels bench-structured validator
 
 all: build
 
@@ -32,8 +32,15 @@ configure: deps $(BUILD)/CMakeCache.txt
 build: configure
 	cmake --build $(BUILD) -j $(JOBS)
 
+# The structured-output tests validate generated JSON with an independent validator: ajv and
+# ajv-formats (npm, pinned in tests/tools/ajv/package.json) in tests/tools/ajv/node_modules; when npm
+# cannot be reached they fall back to Debian's python3-jsonschema (tests/tools/ajv/validate.py).
+validator: deps
+	@[ -d tests/tools/ajv/node_modules/ajv-formats ] || (cd tests/tools/ajv && npm install --no-audit --no-fund --silent) || \
+	  echo "warning: npm install failed; the structured-output tests validate with python3-jsonschema instead"
+
 # Whole suite (release build), then the loader/format tests again under ASan+UBSan.
-test: build
+test: build validator
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 	$(MAKE) test-asan
 
@@ -67,6 +74,11 @@ soak: build
 bench-kernels: build
 	cmake --build $(BUILD) -j $(JOBS) --target kernels_bench
 	OMP_WAIT_POLICY=active $(BUILD)/kernels_bench $(BENCH_ARGS)
+
+# Structured outputs: grammar compile time and mask cost per step at vocabulary 200K (o200k).
+bench-structured: build
+	cmake --build $(BUILD) -j $(JOBS) --target structured_bench
+	$(BUILD)/structured_bench $(BENCH_ARGS)
 
 clean:
 	rm -rf $(BUILD) $(BUILD_ASAN)

@@ -255,6 +255,10 @@ void Engine::add_request(const std::string& id, std::vector<int32_t> prompt, con
   s->params = params;
   if (!s->params.has_seed) s->params.seed = std::random_device{}() ^ (uint64_t(std::random_device{}()) << 32);
   s->sampler = Sampler(s->params);
+  if (s->params.constraint) {  // structured output: a matcher of its own (the spec is shared)
+    if (s->params.constraint->vocab->size() != V) throw Error("structured output: the constraint was built for another vocabulary size");
+    s->constraint = std::make_unique<structured::Matcher>(s->params.constraint);
+  }
   if (tok_) {
     OutputOptions oo;
     static_cast<TextOptions&>(oo) = text;
@@ -344,6 +348,7 @@ bool Engine::check_stop(Sequence* s, RequestOutput& out) {
 }
 
 bool Engine::emit(Sequence* s, int32_t t, const float* logits, RequestOutput& out) {
+  if (s->constraint) s->constraint->advance(t);
   s->output.push_back(t);
   ++stats_.generated_tokens;
   out.new_tokens.push_back(t);
@@ -436,7 +441,8 @@ std::vector<RequestOutput> Engine::step() {
       for (int j = 0; j < v.accepted && !finished; ++j) finished = emit(s, spec_->drafts(i)[size_t(j)], rows + int64_t(j) * V, out);
       if (!finished) finished = emit(s, v.next, rows + int64_t(v.accepted) * V, out);
     } else {
-      const int32_t t = s->sampler.sample(rows, V, s->prompt, s->output, nullptr);
+      const uint64_t* allowed = s->constraint ? s->constraint->mask() : nullptr;
+      const int32_t t = s->sampler.sample(rows, V, s->prompt, s->output, nullptr, allowed);
       finished = emit(s, t, rows, out);
     }
     if (finished) {

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "formats/error.h"
 
@@ -26,6 +27,14 @@ void SamplingParams::validate() const {
 }
 
 Sampler::Sampler(const SamplingParams& p) : p_(p), rng_(p.seed) {}
+
+const float* Sampler::masked(const float* logits, int64_t V, const uint64_t* allowed) {
+  if (!allowed) return logits;
+  masked_.resize(size_t(V));
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  for (int64_t i = 0; i < V; ++i) masked_[size_t(i)] = (allowed[i >> 6] >> (i & 63)) & 1 ? logits[i] : kNegInf;
+  return masked_.data();
+}
 
 const float* Sampler::penalized(const float* logits, int64_t V, const std::vector<int32_t>& prompt,
                                 const std::vector<int32_t>& output) {
@@ -126,8 +135,8 @@ int64_t Sampler::candidates(const float* x, int64_t V) {
 bool Sampler::needs_sort(int64_t V) const { return (p_.top_k > 0 && p_.top_k < V) || p_.top_p < 1.0f; }
 
 int32_t Sampler::sample(const float* logits, int64_t V, const std::vector<int32_t>& prompt,
-                        const std::vector<int32_t>& output, TokenLogprob* lp) {
-  const float* x = penalized(logits, V, prompt, output);
+                        const std::vector<int32_t>& output, TokenLogprob* lp, const uint64_t* allowed) {
+  const float* x = penalized(masked(logits, V, allowed), V, prompt, output);
   int32_t chosen;
   if (p_.temperature <= 0.0f) {
     chosen = int32_t(argmax_lowest(x, V));
@@ -151,8 +160,8 @@ int32_t Sampler::sample(const float* logits, int64_t V, const std::vector<int32_
 }
 
 void Sampler::distribution(const float* logits, int64_t V, const std::vector<int32_t>& prompt,
-                           const std::vector<int32_t>& output, float* probs) {
-  const float* x = penalized(logits, V, prompt, output);
+                           const std::vector<int32_t>& output, float* probs, const uint64_t* allowed) {
+  const float* x = penalized(masked(logits, V, allowed), V, prompt, output);
   if (p_.temperature <= 0.0f) {
     std::fill(probs, probs + V, 0.0f);
     probs[argmax_lowest(x, V)] = 1.0f;

@@ -5,11 +5,15 @@
 // speculative decoding) the full post-transform distribution plus draws from the same generator.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
 
 namespace m3 {
+namespace structured {
+struct ConstraintSpec;
+}
 
 struct SamplingParams {
   float temperature = 1.0f;  // 0 = greedy
@@ -26,6 +30,9 @@ struct SamplingParams {
   std::vector<std::string> stop;
   std::vector<int32_t> stop_token_ids;
   int logprobs = -1;  // -1: none; n >= 0: the chosen token plus the top n
+  // Structured output (src/structured): each sequence gets its own matcher from this spec; the
+  // logits of tokens it disallows are -inf before every sampling transform.
+  std::shared_ptr<const structured::ConstraintSpec> constraint;
 
   // Throws m3::Error naming the field when a value is out of range.
   void validate() const;
@@ -42,16 +49,19 @@ class Sampler {
   Sampler() = default;
   explicit Sampler(const SamplingParams& p);
   // Picks a token id from logits[0..vocab). `prompt` and `output` are the request's tokens so far
-  // (for the penalties). When lp is non-null and logprobs >= 0, fills it.
+  // (for the penalties). When lp is non-null and logprobs >= 0, fills it. `allowed` (a bitset over
+  // the vocabulary, bit i of word i/64; null = all) masks the logits to -inf first, so greedy,
+  // temperature, top-k/p, min-p and the penalties only ever see allowed tokens (log-probabilities
+  // stay those of the raw model).
   int32_t sample(const float* logits, int64_t vocab, const std::vector<int32_t>& prompt,
-                 const std::vector<int32_t>& output, TokenLogprob* lp = nullptr);
+                 const std::vector<int32_t>& output, TokenLogprob* lp = nullptr, const uint64_t* allowed = nullptr);
 
   // The distribution sample() draws from, as fp32 probabilities over all `vocab` ids (written to
   // probs[0..vocab)): penalties, temperature, top-k, top-p, min-p, renormalised; ids cut by a
   // filter get exactly 0. Temperature 0 gives a one-hot on the argmax (ties: lowest id). Without
   // top-k / top-p it needs no sort. Uses no randomness; no allocation once the buffers have grown.
   void distribution(const float* logits, int64_t vocab, const std::vector<int32_t>& prompt,
-                    const std::vector<int32_t>& output, float* probs);
+                    const std::vector<int32_t>& output, float* probs, const uint64_t* allowed = nullptr);
   // One draw from probs[0..vocab) (need not be normalised; sums in fp64) with this request's
   // generator. Never returns an id whose probability is 0 unless all are 0 (then returns 0).
   int32_t draw(const float* probs, int64_t vocab);
@@ -68,6 +78,8 @@ class Sampler {
   static void sort_by_logit(std::vector<std::pair<float, int32_t>>& a, std::vector<std::pair<float, int32_t>>& tmp);
 
  private:
+  // Disallowed ids to -inf (into masked_); logits itself when `allowed` is null.
+  const float* masked(const float* logits, int64_t V, const uint64_t* allowed);
   // Applies the penalties; returns logits itself when there are none, else work_.
   const float* penalized(const float* logits, int64_t V, const std::vector<int32_t>& prompt,
                          const std::vector<int32_t>& output);
@@ -79,7 +91,7 @@ class Sampler {
 
   SamplingParams p_;
   std::mt19937_64 rng_;
-  std::vector<float> work_;
+  std::vector<float> work_, masked_;
   std::vector<int32_t> counts_;
   std::vector<uint8_t> seen_;
   std::vector<int32_t> idx_;

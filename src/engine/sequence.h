@@ -8,6 +8,7 @@
 
 #include "engine/sampler.h"
 #include "engine/output_processor.h"
+#include "structured/matcher.h"
 
 namespace m3 {
 
@@ -21,6 +22,9 @@ struct Sequence {
   std::vector<int32_t> output;
   SamplingParams params;
   Sampler sampler;
+  // Structured output: this sequence's grammar state, advanced by every emitted token. Preemption
+  // keeps the output (it is recomputed, not resampled), so the state stays valid across it.
+  std::unique_ptr<structured::Matcher> constraint;
 
   std::vector<int32_t> blocks;        // block table: page of positions [i*B, (i+1)*B)
   std::vector<uint64_t> block_hashes; // hash chain of the full pages published so far

@@ -53,6 +53,14 @@ const ojson* opt_obj(const ojson& b, const char* key) {
   return v;
 }
 
+// The structured-output field of the body, for `param`.
+std::string structured_field(const ojson& b) {
+  for (const char* k : {"response_format", "structured_outputs", "guided_json", "guided_regex", "guided_choice",
+                        "guided_grammar", "guided_whitespace_pattern", "structural_tag"})
+    if (field(b, k)) return k;
+  return "response_format";
+}
+
 // Sampling fields shared by both endpoints.
 void parse_sampling(const ojson& b, const ServerContext& ctx, ParsedRequest& r) {
   SamplingParams& p = r.params;
@@ -79,13 +87,28 @@ void parse_sampling(const ojson& b, const ServerContext& ctx, ParsedRequest& r) 
   r.choice.skip_special = opt_bool(b, "skip_special_tokens").value_or(true);
   r.choice.include_stop_str = opt_bool(b, "include_stop_str_in_output").value_or(false);
   r.choice.stop = p.stop;
-  if (const ojson* rf = field(b, "response_format")) {
-    if (!rf->is_object()) throw bad_request("'response_format' must be an object", "response_format");
-    auto t = opt_str(*rf, "type").value_or("text");
-    if (t != "text")
-      throw bad_request("response_format type '" + t +
-                            "' is not supported by this server (no guided decoding); use 'text' or leave it out",
-                        "response_format");
+  try {
+    r.structured = structured::structured_from_request(b);
+  } catch (const structured::StructuredError& e) {
+    throw bad_request(e.what(), structured_field(b));
+  }
+}
+
+// The grammar of response_format / structured_outputs / guided_* as this request's constraint; it
+// applies after the reasoning end tag when the prompt opened reasoning.
+void attach_constraint(const ojson& b, const ServerContext& ctx, ParsedRequest& r, bool reasoning_start) {
+  if (!r.structured) return;
+  if (!r.choice.forced_tool_text.empty())
+    throw bad_request("'" + r.structured->field + "' cannot be combined with tool_choice required or a named function",
+                      structured_field(b));
+  std::string after;
+  if (reasoning_start && ctx.reasoning)
+    after = *ctx.reasoning == chat::ReasoningFormat::MiniMaxM3 ? "</mm:think>" : "</think>";
+  try {
+    r.params.constraint = structured::make_constraint(r.structured->grammar, structured::TokenVocab::shared(*ctx.tok, ctx.vocab),
+                                                      *ctx.tok, r.params.stop_token_ids, after, r.structured->kind);
+  } catch (const structured::StructuredError& e) {
+    throw bad_request(e.what(), structured_field(b));
   }
 }
 
@@ -316,6 +339,7 @@ ParsedRequest parse_chat_request(const ojson& body, const ServerContext& ctx) {
     r.choice.tool = ctx.tool;
     r.choice.tools = nlohmann::json::parse(dump(*tools));  // dump() replaces invalid UTF-8
   }
+  attach_constraint(body, ctx, r, reasoning_start);
   finish_limits(body, ctx, r, ctx.max_model_len > 0 ? ctx.max_model_len : (1 << 20));
   return r;
 }
@@ -370,6 +394,7 @@ ParsedRequest parse_completion_request(const ojson& body, const ServerContext& c
   } else {
     throw bad_request(shape, "prompt");
   }
+  attach_constraint(body, ctx, r, false);
   finish_limits(body, ctx, r, 16);
   return r;
 }

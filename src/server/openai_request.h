@@ -10,6 +10,7 @@
 
 #include "chat/chat_template.h"
 #include "server/choice_state.h"
+#include "structured/request.h"
 
 namespace m3::server {
 
@@ -42,6 +43,9 @@ struct ParsedRequest {
   bool logprobs = false;
   int top_logprobs = 0;
   ChoiceOptions choice;
+  // response_format / structured_outputs / guided_*: the grammar (compiled into params.constraint
+  // once the prompt is known).
+  std::optional<structured::StructuredRequest> structured;
 };
 
 // The generation prefix forced for tool_choice "required" (name empty: the model writes the name)

@@ -55,19 +55,20 @@ struct Rule {
 };
 
 // Fields vLLM or OpenAI define that this build does not implement. Later issues that implement one
-// remove it from here.
+// remove it from here. Structured outputs (src/structured) are served by the HTTP endpoints; only
+// `generate --input` still refuses them.
 const Rule kRefused[] = {
     {"logit_bias", kAll, null_or_empty, "per-token logit biases", "{}"},
     {"min_tokens", kAll, null_or_zero, "a minimum output length", "0"},
     {"prompt_logprobs", kAll, is_null, "log-probabilities of the prompt tokens", "null"},
-    {"response_format", kAll, text_format, "structured output (JSON / schema constrained decoding)",
+    {"response_format", kOffline, text_format, "structured output (JSON / schema constrained decoding)",
      "{\"type\": \"text\"}"},
-    {"structured_outputs", kAll, is_null, "structured output (constrained decoding)", "null"},
-    {"guided_json", kAll, is_null, "JSON-schema constrained decoding", "null"},
-    {"guided_regex", kAll, is_null, "regex constrained decoding", "null"},
-    {"guided_choice", kAll, is_null, "choice constrained decoding", "null"},
-    {"guided_grammar", kAll, is_null, "grammar constrained decoding", "null"},
-    {"guided_decoding_backend", kAll, is_null, "a constrained-decoding backend", "null"},
+    {"structured_outputs", kOffline, is_null, "structured output (constrained decoding)", "null"},
+    {"guided_json", kOffline, is_null, "JSON-schema constrained decoding", "null"},
+    {"guided_regex", kOffline, is_null, "regex constrained decoding", "null"},
+    {"guided_choice", kOffline, is_null, "choice constrained decoding", "null"},
+    {"guided_grammar", kOffline, is_null, "grammar constrained decoding", "null"},
+    {"guided_decoding_backend", kOffline, is_null, "a constrained-decoding backend", "null"},
     {"guided_whitespace_pattern", kAll, is_null, "constrained decoding", "null"},
     {"structural_tag", kAll, is_null, "structural-tag constrained decoding", "null"},
     {"use_beam_search", kAll, null_or_false, "beam search", "false"},
@@ -115,12 +116,14 @@ const char* const kChatFields[] = {
     "skip_special_tokens", "n", "stream", "stream_options", "max_tokens", "max_completion_tokens", "logprobs",
     "top_logprobs", "tools", "tool_choice", "parallel_tool_calls", "chat_template_kwargs", "reasoning_effort",
     "add_generation_prompt", "separate_reasoning", "add_special_tokens", "user", "metadata", "prompt_cache_key",
-    "safety_identifier"};
+    "safety_identifier", "response_format", "structured_outputs", "guided_json", "guided_regex", "guided_choice",
+    "guided_grammar", "guided_decoding_backend"};
 const char* const kCompletionFields[] = {
     "model", "prompt", "frequency_penalty", "presence_penalty", "repetition_penalty", "temperature", "top_p",
     "top_k", "min_p", "seed", "stop", "stop_token_ids", "ignore_eos", "include_stop_str_in_output",
     "skip_special_tokens", "n", "best_of", "stream", "stream_options", "max_tokens", "logprobs", "echo", "suffix",
-    "add_special_tokens", "user"};
+    "add_special_tokens", "user", "response_format", "structured_outputs", "guided_json", "guided_regex",
+    "guided_choice", "guided_grammar", "guided_decoding_backend"};
 
 template <size_t N>
 bool listed(const char* const (&names)[N], const std::string& k) {

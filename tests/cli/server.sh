@@ -142,8 +142,17 @@ req POST /v1/completions "{\"prompt\":\"$LONG\"}"
 expect_error 400 BadRequestError '"prompt"' "prompt longer than --max-model-len"
 echo "$BODY" | grep -q "maximum context length is 4000" || fail "too-long message: $BODY"
 req POST /v1/completions '{"prompt":"Hi","max_tokens":5000}'; expect_error 400 BadRequestError '"max_tokens"' "max_tokens over the context"
-req POST /v1/chat/completions '{"messages":[{"role":"user","content":"Hi"}],"response_format":{"type":"json_object"}}'
-expect_error 400 BadRequestError '"response_format"' "response_format"
+# Structured outputs: a json_schema response_format holds even a random tiny model to the schema (the
+# grammar ends after the value, so only the end token is left); an unsupported keyword is refused by name.
+req POST /v1/chat/completions '{"messages":[{"role":"user","content":"Hi"}],"max_tokens":60,"temperature":1.5,"seed":4,"response_format":{"type":"json_schema","json_schema":{"name":"a","schema":{"enum":["yes","no",7]}}}}'
+expect 200 '"finish_reason":"stop"' "response_format json_schema"
+echo "$BODY" | python3 -c 'import json,sys; c=json.loads(json.load(sys.stdin)["choices"][0]["message"]["content"]); assert c in ("yes","no",7), c' ||
+  fail "response_format json_schema: content is not one of the enum values: $BODY"
+req POST /v1/completions '{"prompt":"Hi","max_tokens":30,"guided_regex":"[a-c]{3}-[0-9]{2}","seed":1}'
+expect 200 '"text":"[a-c][a-c][a-c]-[0-9][0-9]"' "guided_regex"
+req POST /v1/chat/completions '{"messages":[{"role":"user","content":"Hi"}],"response_format":{"type":"json_schema","json_schema":{"schema":{"type":"string","format":"hostname"}}}}'
+expect_error 400 BadRequestError '"response_format"' "response_format with an unsupported format"
+echo "$BODY" | grep -q "hostname" || fail "the refusal does not name the format: $BODY"
 TOOLS='[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object","properties":{"location":{"type":"string"}}}}}]'
 # tool_choice required / named: the opener is forced into the prompt (a random tiny model may not
 # finish the call, so only the shape is checked here; the parsing is unit-tested on canned output).
