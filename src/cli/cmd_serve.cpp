@@ -143,8 +143,9 @@ void run_serve(ServeOpts& o, CLI::App* sub) {
     note(f);
   if (o.tp > 1) na.push_back("--tensor-parallel-size " + std::to_string(o.tp));
   if (o.dp > 1) na.push_back("--data-parallel-size " + std::to_string(o.dp));
-  const EngineConfig ec = o.engine.resolve(&na);
+  EngineConfig ec = o.engine.resolve(&na);
   const store::KvTransferConfig ktc = store::KvTransferConfig::parse(o.kv_transfer_config);
+  ec.kv_load_failure_policy = ktc.load_failure_policy;
   na.insert(na.end(), ktc.not_applicable.begin(), ktc.not_applicable.end());
   print_not_applicable(na);
   if (o.enable_auto_tool_choice && o.tool_call_parser.empty())

@@ -93,6 +93,9 @@ Engine::Engine(Model& model, const Tokenizer* tok, const EngineConfig& cfg) : mo
   sc.watermark = cfg.watermark;
   sc.num_speculative_tokens = spec_ ? spec_->num_speculative_tokens() : 0;
   sc.max_model_len = max_model_len_;
+  if (cfg_.kv_load_failure_policy != "recompute" && cfg_.kv_load_failure_policy != "fail")
+    throw Error("kv_load_failure_policy must be \"recompute\" or \"fail\", got \"" + cfg_.kv_load_failure_policy + "\"");
+  sc.fail_on_load_error = cfg_.kv_load_failure_policy == "fail";
   sched_ = std::make_unique<Scheduler>(sc, *blocks_);
   setup_tiers();
 }
@@ -103,23 +106,33 @@ class TierLoader : public PrefixLoader {
  public:
   TierLoader(std::vector<KvTier*> tiers, KvPageCodec& codec, EngineStats& st)
       : tiers_(std::move(tiers)), codec_(codec), st_(st) {}
-  bool load(uint64_t hash, uint64_t parent, const int32_t* tokens, int32_t page) override {
+  TierRead load(uint64_t hash, uint64_t parent, const int32_t* tokens, int32_t page) override {
     for (KvTier* t : tiers_) {
-      if (!t->get(hash, blob_)) continue;
+      const TierRead r = t->get(hash, blob_);
+      if (r == TierRead::Miss) continue;
+      char id[24];
+      std::snprintf(id, sizeof id, "%016llx", (unsigned long long)hash);
+      if (r == TierRead::Failed) {
+        failure_ = std::string("KV cache page ") + id + " could not be loaded from the " + t->name() + " tier";
+        ++st_.tier_load_failures;
+        return r;
+      }
       const std::string why = codec_.import_page(blob_, page, hash, parent, tokens);
       if (!why.empty()) {
-        // Wrong or damaged bytes are never used: drop them and recompute the page.
-        std::fprintf(stderr, "[m3serve] KV tier (%s): page %016llx refused, recomputed: %s\n", t->name(),
-                     (unsigned long long)hash, why.c_str());
+        // Wrong or damaged bytes are never used: drop them (the block is recomputed, or the request
+        // fails, as the policy says).
+        std::fprintf(stderr, "[m3serve] KV tier (%s): page %s refused: %s\n", t->name(), id, why.c_str());
+        failure_ = std::string("KV cache page ") + id + " from the " + t->name() + " tier failed verification: " + why;
         t->erase(hash);
         ++st_.tier_load_failures;
-        return false;
+        return TierRead::Failed;
       }
       ++st_.tier_loaded_pages;
-      return true;
+      return TierRead::Hit;
     }
-    return false;
+    return TierRead::Miss;
   }
+  std::string failure() const override { return failure_; }
   // The asynchronous tiers (shared ones) fetch ahead; the local tiers answer at once.
   // Each tier is asked only for the pages the tiers before it (the local ones) do not hold.
   bool prefetch(uint64_t ticket, const std::vector<uint64_t>& hashes) override {
@@ -149,6 +162,7 @@ class TierLoader : public PrefixLoader {
   KvPageCodec& codec_;
   EngineStats& st_;
   std::string blob_;
+  std::string failure_;
 };
 }  // namespace
 
@@ -364,7 +378,22 @@ bool Engine::emit(Sequence* s, int32_t t, const float* logits, RequestOutput& ou
 std::vector<RequestOutput> Engine::step() {
   std::vector<RequestOutput> outs;
   std::vector<ScheduledChunk> plan = sched_->schedule();
+  // Requests whose prefix failed to load under kv_load_failure_policy "fail" end here, with the reason.
+  for (auto& [s, why] : sched_->take_load_failures()) {
+    RequestOutput out;
+    out.request_id = s->request_id;
+    out.num_prompt_tokens = int64_t(s->prompt.size());
+    out.error = why + " (kv_load_failure_policy \"fail\")";
+    finish(s, FinishReason::Error, out);
+    outs.push_back(std::move(out));
+    const std::string id = s->request_id;  // not a reference into the map entry being erased
+    seqs_.erase(id);
+  }
   if (plan.empty()) {
+    if (!outs.empty()) {
+      flush_kv_events();
+      return outs;
+    }
     // Only requests waiting for tier pages: wait a little for a fetch to end instead of spinning.
     if (sched_->num_running() == 0 && sched_->num_waiting() == sched_->num_fetching() &&
         sched_->num_fetching() > 0) {

@@ -49,6 +49,9 @@ struct EngineConfig {
   // there and loaded back on a prefix hit instead of being recomputed. 0 = off.
   double kv_offloading_gib = 0;
   std::string kv_offloading_dir;  // empty: host memory
+  // A tier page that fails to load (unreadable, cut off, not verifying): "recompute" the block, or
+  // "fail" the request with an error (vLLM's kv_load_failure_policy).
+  std::string kv_load_failure_policy = "recompute";
 };
 
 struct RequestOutput {
@@ -62,6 +65,7 @@ struct RequestOutput {
   // stop_token_ids id it ended on; neither for end-of-sequence, the length limit or an abort.
   std::optional<std::string> stop_string;
   std::optional<int32_t> stop_token;
+  std::string error;  // finish_reason Error: what went wrong (e.g. a KV cache page that failed to load)
   int64_t num_prompt_tokens = 0;
   int64_t num_cached_tokens = 0;
 };

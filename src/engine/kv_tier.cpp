@@ -99,13 +99,13 @@ void LocalKvTier::put(uint64_t hash, std::string&& blob) {
   if (!dir_.empty()) cv_.notify_one();
 }
 
-bool LocalKvTier::get(uint64_t hash, std::string& out) {
+TierRead LocalKvTier::get(uint64_t hash, std::string& out) {
   const auto t0 = std::chrono::steady_clock::now();
   std::unique_lock lk(mu_);
   auto it = map_.find(hash);
   if (it == map_.end()) {
     ++st_.misses;
-    return false;
+    return TierRead::Miss;
   }
   lru_.splice(lru_.begin(), lru_, it->second.lru);
   if (!it->second.on_disk) {
@@ -118,14 +118,14 @@ bool LocalKvTier::get(uint64_t hash, std::string& out) {
     if (!f.read(out.data(), std::streamsize(blob_bytes_))) {
       lk.lock();
       ++st_.misses;
-      return false;
+      return TierRead::Failed;  // the tier holds the page but its file cannot be read whole
     }
     lk.lock();
   }
   ++st_.hits;
   st_.bytes_read += int64_t(out.size());
   st_.read_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  return true;
+  return TierRead::Hit;
 }
 
 bool LocalKvTier::holds(uint64_t hash) {

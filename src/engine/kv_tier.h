@@ -16,6 +16,11 @@
 
 namespace m3 {
 
+// What a tier read gives: the page, no page (not stored: the block is simply computed), or a failed
+// load of a page the tier holds (unreadable, cut off mid-transfer): the request's
+// kv_load_failure_policy decides (recompute the block, or fail the request).
+enum class TierRead { Hit, Miss, Failed };
+
 struct KvTierStats {
   int64_t stored_pages = 0;   // put() calls accepted
   int64_t hits = 0, misses = 0;
@@ -32,7 +37,7 @@ class KvTier {
   // Stores a page (may complete asynchronously; a later get() sees it at once).
   virtual void put(uint64_t hash, std::string&& blob) = 0;
   // Copies the page into `out` if held.
-  virtual bool get(uint64_t hash, std::string& out) = 0;
+  virtual TierRead get(uint64_t hash, std::string& out) = 0;
   // Drops a page (one that failed verification).
   virtual void erase(uint64_t hash) = 0;
   virtual KvTierStats stats() const = 0;
@@ -58,7 +63,7 @@ class LocalKvTier : public KvTier {
   ~LocalKvTier() override;
   const char* name() const override { return dir_.empty() ? "memory" : "disk"; }
   void put(uint64_t hash, std::string&& blob) override;
-  bool get(uint64_t hash, std::string& out) override;
+  TierRead get(uint64_t hash, std::string& out) override;
   void erase(uint64_t hash) override;
   KvTierStats stats() const override;
   bool holds(uint64_t hash) override;

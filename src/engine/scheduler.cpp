@@ -67,9 +67,17 @@ int64_t Scheduler::prefix_hit(Sequence* s) {
     if (b < 0 && loader_) {
       // Not in the pool: a tier may hold it. The loaded page joins the prefix cache like a computed one.
       b = pool_.allocate();
-      if (b >= 0 && !loader_->load(h, parent, bt, b)) {
-        pool_.release(b);
-        b = -1;
+      if (b >= 0) {
+        const TierRead r = loader_->load(h, parent, bt, b);
+        if (r != TierRead::Hit) {
+          pool_.release(b);
+          b = -1;
+        }
+        if (r == TierRead::Failed && cfg_.fail_on_load_error) {
+          release_pages(s);
+          load_failures_.emplace_back(s, loader_->failure());
+          return -1;
+        }
       }
       if (b >= 0) pool_.publish(b, h, parent, bt);
     }
@@ -160,6 +168,10 @@ std::vector<ScheduledChunk> Scheduler::schedule() {
       continue;
     }
     const int64_t hit = prefix_hit(s);
+    if (hit < 0) {  // its prefix failed to load and the policy is to fail it: the engine ends it
+      waiting_.pop_front();
+      continue;
+    }
     const int64_t total_pages = (s->num_tokens() + cfg_.block_size - 1) / cfg_.block_size;
     const int64_t more = total_pages - int64_t(s->blocks.size());
     // The watermark keeps room for the running sequences to grow; with none running there is nothing

@@ -12,9 +12,12 @@
 #include <chrono>
 #include <deque>
 #include <functional>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/block_pool.h"
+#include "engine/kv_tier.h"
 #include "engine/sequence.h"
 
 namespace m3 {
@@ -27,6 +30,9 @@ struct SchedulerConfig {
   double watermark = 0.01;
   int num_speculative_tokens = 0;  // > 0: decode steps also reserve pages and budget for drafts
   int64_t max_model_len = 0;       // caps the drafts of a sequence near the end (0 = no cap)
+  // kv_load_failure_policy "fail": a prefix page a tier holds but cannot deliver intact ends the request
+  // (take_load_failures) instead of being recomputed.
+  bool fail_on_load_error = false;
 };
 
 struct ScheduledChunk {
@@ -44,11 +50,14 @@ struct SchedulerStats {
 };
 
 // Pages beyond the pool (KV tiers): fills `page` (freshly allocated) with the block (hash, parent,
-// tokens) if a tier holds it and it verifies; false otherwise (the block is then recomputed).
+// tokens) if a tier holds it and it verifies (Hit); Miss when no tier holds it; Failed when one holds
+// it but the load failed or the page did not verify (why in failure()). The block is recomputed unless
+// the policy is to fail.
 class PrefixLoader {
  public:
   virtual ~PrefixLoader() = default;
-  virtual bool load(uint64_t hash, uint64_t parent, const int32_t* tokens, int32_t page) = 0;
+  virtual TierRead load(uint64_t hash, uint64_t parent, const int32_t* tokens, int32_t page) = 0;
+  virtual std::string failure() const { return {}; }
   // Asynchronous tiers (see KvTier::prefetch): start fetching a request's missing prefix pages; the
   // request waits for them off the queue while the others run.
   virtual bool prefetch(uint64_t ticket, const std::vector<uint64_t>& hashes) { return false; }
@@ -84,12 +93,15 @@ class Scheduler {
   using ComputedFn =
       std::function<void(int32_t page, uint64_t hash, uint64_t parent, const int32_t* tokens, bool from_decode)>;
   void set_on_computed(ComputedFn f) { on_computed_ = std::move(f); }
+  // Requests taken out of the queue because a prefix page failed to load (fail_on_load_error), with
+  // the reason; the engine ends them. Their pages are already released.
+  std::vector<std::pair<Sequence*, std::string>> take_load_failures() { return std::move(load_failures_); }
 
  private:
   bool ensure_pages(Sequence* s, int64_t upto_tokens);
   void release_pages(Sequence* s);
   void preempt(Sequence* s);
-  int64_t prefix_hit(Sequence* s);  // acquires cached pages; returns hit tokens
+  int64_t prefix_hit(Sequence* s);  // acquires cached pages; returns hit tokens, -1 for a failed load
   // First admission with an asynchronous tier: starts fetching the prefix pages the pool lacks; true
   // when s must wait for them.
   bool start_fetch(Sequence* s);
@@ -103,6 +115,7 @@ class Scheduler {
   std::vector<int32_t> page_tokens_;  // commit(): the tokens of the page being published
   PrefixLoader* loader_ = nullptr;
   ComputedFn on_computed_;
+  std::vector<std::pair<Sequence*, std::string>> load_failures_;
 };
 
 }  // namespace m3

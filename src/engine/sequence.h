@@ -12,7 +12,7 @@
 
 namespace m3 {
 
-enum class FinishReason { None, Stop, Length, Abort };
+enum class FinishReason { None, Stop, Length, Abort, Error };
 const char* finish_reason_name(FinishReason r);
 
 struct Sequence {

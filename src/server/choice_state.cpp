@@ -124,6 +124,7 @@ ChoiceDelta ChoiceState::parse(std::string feed, bool fin, FinishReason reason, 
     switch (reason) {
       case FinishReason::Length: finish_reason = "length"; break;
       case FinishReason::Abort: finish_reason = "abort"; break;
+      case FinishReason::Error: finish_reason = "error"; break;
       default:
         finish_reason = !tool_calls().empty() ? "tool_calls" : "stop";
         if (stop_token) stop_reason = *stop_token;

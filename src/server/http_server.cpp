@@ -150,6 +150,9 @@ bool collect_for(Call& c, std::chrono::milliseconds budget) {
     for (auto& o : outs) {
       auto it = c.index.find(o.request_id);
       if (it == c.index.end()) continue;
+      // The engine could not serve this choice (a KV cache page that failed to load under
+      // kv_load_failure_policy "fail"): the whole request fails with its reason.
+      if (o.finish_reason == FinishReason::Error) throw ApiError(500, o.error);
       c.choices[it->second]->on_output(o);
       if (o.finished) --c.remaining;
     }
@@ -273,6 +276,13 @@ std::string stream_step(Call& c, const ServerContext& ctx, int interval) {
   for (auto& o : outs) {
     auto it = c.index.find(o.request_id);
     if (it == c.index.end()) continue;
+    if (o.finish_reason == FinishReason::Error) {
+      // As an engine failure mid-stream: the error event, then [DONE]; the caller aborts the rest.
+      out += sse_event(dump(error_body(500, o.error)));
+      out += sse_done();
+      c.closed = true;
+      return out;
+    }
     const size_t i = it->second;
     merge_into(c.held[i], std::move(o));
     RequestOutput& h = c.held[i];
@@ -936,6 +946,7 @@ class Conn : public std::enable_shared_from_this<Conn> {
           if (collect_for(*c, kHeartbeat)) out = body();
         } catch (const ApiError& e) {
           out = dump(error_body(e.status, e.what()));
+          abort();  // the other choices of a failed request stop too
           c->remaining = 0;
         }
         if (out.empty()) {
@@ -952,6 +963,7 @@ class Conn : public std::enable_shared_from_this<Conn> {
       const std::string out = stream_step(*c, srv_.ctx, interval);
       if (!out.empty() && !write_chunk(out)) return abort();
     }
+    abort();  // a stream ended by an engine error: its other choices stop too (no-op otherwise)
     write_stream_end();
   }
 

@@ -87,10 +87,6 @@ KvTransferConfig KvTransferConfig::parse(const std::string& text) {
   KvTransferConfig c;
   if (text.empty()) return c;
   connector(parse_json_flag(text, "--kv-transfer-config"), "--kv-transfer-config", c, true);
-  // The shared tier cannot end one request on a failed load yet; it always recomputes.
-  if (c.redis && c.load_failure_policy == "fail")
-    throw Error("--kv-transfer-config: kv_load_failure_policy \"fail\" is not supported with RedisConnector yet "
-                "(a page that cannot be loaded is recomputed): use \"recompute\"");
   return c;
 }
 

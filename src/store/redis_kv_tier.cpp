@@ -106,24 +106,45 @@ void RedisKvTier::fetcher() {
     auto [ticket, hashes] = std::move(fetch_q_.front());
     fetch_q_.pop_front();
     lk.unlock();
-    // One GET per page, in order, on this thread's connection. (Pipelining every GET of a long prefix
-    // in one round was 4x slower on pages of megabytes: hiredis's reader handles many large replies
-    // in flight poorly; the requests wait here off the queue either way.)
+    // First which pages Redis holds (one pipelined round of EXISTS, small replies): those are the
+    // request's matched pages, and a GET of one of them that then fails is a failed load (the
+    // kv_load_failure_policy decides), where a page Redis never held is only a miss. Then one GET per
+    // held page, in order, on this thread's connection. (Pipelining every GET of a long prefix in one
+    // round was 4x slower on pages of megabytes: hiredis's reader handles many large replies in flight
+    // poorly; the requests wait here off the queue either way.)
     std::vector<std::pair<uint64_t, std::string>> got;
-    bool failed = false;
-    if (ensure(*fetch_)) {
+    std::vector<uint64_t> held, lost;
+    bool failed = !ensure(*fetch_);
+    if (!failed) {
       for (uint64_t h : hashes) {
         const std::string k = key(h);
-        auto* r = static_cast<redisReply*>(redisCommand(fetch_->c, "GET %b", k.data(), k.size()));
-        if (!r) {
+        redisAppendCommand(fetch_->c, "EXISTS %b", k.data(), k.size());
+      }
+      for (uint64_t h : hashes) {
+        redisReply* r = nullptr;
+        if (redisGetReply(fetch_->c, reinterpret_cast<void**>(&r)) != REDIS_OK || !r) {
           failed = true;
           break;
         }
-        got.emplace_back(h, r->type == REDIS_REPLY_STRING ? std::string(r->str, r->len) : std::string());
+        if (r->type == REDIS_REPLY_INTEGER && r->integer == 1) held.push_back(h);
+        else got.emplace_back(h, std::string());
         freeReplyObject(r);
       }
-    } else {
-      failed = true;
+    }
+    if (failed) {
+      held.clear();  // nothing is known to be held: every page is a miss
+      got.clear();
+    }
+    for (size_t i = 0; i < held.size() && !failed; ++i) {
+      const std::string k = key(held[i]);
+      auto* r = static_cast<redisReply*>(redisCommand(fetch_->c, "GET %b", k.data(), k.size()));
+      if (!r) {
+        failed = true;
+        lost.assign(held.begin() + long(i), held.end());
+        break;
+      }
+      got.emplace_back(held[i], r->type == REDIS_REPLY_STRING ? std::string(r->str, r->len) : std::string());
+      freeReplyObject(r);
     }
     if (failed && fetch_->c) {  // lost mid-round: reconnect after the back-off
       fetch_->close();
@@ -132,6 +153,8 @@ void RedisKvTier::fetcher() {
     }
     lk.lock();
     if (failed) fetch_down_until_ = Clock::now() + std::chrono::seconds(1);
+    for (uint64_t h : lost) prefetch_failed_.insert(h);
+    if (prefetch_failed_.size() > 65536) prefetch_failed_.clear();  // failures nobody asked for again
     for (auto& [h, blob] : got) {
       if (prefetched_.count(h)) continue;
       prefetched_bytes_ += blob.size();
@@ -185,7 +208,7 @@ void RedisKvTier::put(uint64_t hash, std::string&& blob) {
   cv_.notify_one();
 }
 
-bool RedisKvTier::get(uint64_t hash, std::string& out) {
+TierRead RedisKvTier::get(uint64_t hash, std::string& out) {
   const auto t0 = Clock::now();
   auto count = [&](bool hit) {
     std::lock_guard lk(mu_);
@@ -196,11 +219,15 @@ bool RedisKvTier::get(uint64_t hash, std::string& out) {
     } else {
       ++st_.misses;
     }
-    return hit;
+    return hit ? TierRead::Hit : TierRead::Miss;
   };
   {
     // Fetched ahead: taken from what arrived (an empty entry: Redis did not hold it).
     std::unique_lock lk(mu_);
+    if (prefetch_failed_.erase(hash)) {
+      ++st_.misses;
+      return TierRead::Failed;
+    }
     auto it = prefetched_.find(hash);
     if (it != prefetched_.end()) {
       out = std::move(it->second);

@@ -46,7 +46,7 @@ class RedisKvTier : public KvTier {
   ~RedisKvTier() override;  // writes what is queued (at most a few seconds), then closes
   const char* name() const override { return "redis"; }
   void put(uint64_t hash, std::string&& blob) override;
-  bool get(uint64_t hash, std::string& out) override;
+  TierRead get(uint64_t hash, std::string& out) override;
   void erase(uint64_t hash) override;
   KvTierStats stats() const override;
   bool prefetch(uint64_t ticket, const std::vector<uint64_t>& hashes) override;
@@ -81,6 +81,8 @@ class RedisKvTier : public KvTier {
   std::deque<std::pair<uint64_t, std::vector<uint64_t>>> fetch_q_;
   std::unordered_set<uint64_t> fetch_pending_;
   std::unordered_map<uint64_t, std::string> prefetched_;
+  // Pages Redis said it holds (EXISTS) whose GET then failed: a failed load, not a miss.
+  std::unordered_set<uint64_t> prefetch_failed_;
   std::deque<uint64_t> prefetched_order_;
   size_t prefetched_bytes_ = 0;
   std::chrono::steady_clock::time_point fetch_down_until_{};

@@ -7,6 +7,9 @@
 #     resumes by itself.
 # (3) Every stored page corrupted in Redis: B detects it (checksum), recomputes, same output, and
 #     /metrics counts the failures.
+# (4) Instance C with kv_load_failure_policy "fail": with Redis down it recomputes (nothing was found
+#     to load); a corrupted page it finds fails that request cleanly (HTTP 500 naming the page's check
+#     and the policy), and C serves the next request.
 # Usage: serve_redis_tier.sh <m3serve> <tests/data> <tmpdir>
 set -euo pipefail
 BIN=$1
@@ -51,11 +54,13 @@ REDIS_CFG="{\"kv_connector\": \"RedisConnector\", \"kv_role\": \"kv_both\", \"kv
 start ref
 start A --kv-transfer-config "$REDIS_CFG"
 start B --kv-transfer-config "$REDIS_CFG"
+start C --kv-transfer-config "${REDIS_CFG%\}}, \"kv_load_failure_policy\": \"fail\"}"
+grep -q 'kv_load_failure_policy' "$TMP/C.log" && fail "C refused the fail policy: $(cat "$TMP/C.log")"
 grep -q "KV store redis://127.0.0.1:$RPORT shared" "$TMP/B.log" || fail "the shared tier is not said at start"
 
-python3 - "$URL_ref" "$URL_A" "$URL_B" "$RPORT" "$RPID" "$TMP" <<'PY' || fail "checks"
-import json, os, random, re, signal, subprocess, sys, time, urllib.request
-ref, A, B, rport, rpid, tmp = sys.argv[1:7]
+python3 - "$URL_ref" "$URL_A" "$URL_B" "$RPORT" "$RPID" "$TMP" "$URL_C" <<'PY' || fail "checks"
+import json, os, random, re, signal, subprocess, sys, time, urllib.error, urllib.request
+ref, A, B, rport, rpid, tmp, C = sys.argv[1:8]
 bad = []
 
 def ask(url, ids):
@@ -110,6 +115,9 @@ for seed in (2, 3):
         bad.append(f"(2) redis down: seed {seed}: cached {cached}, output {got} vs {want}")
     if secs > 10:
         bad.append(f"(2) redis down: a request took {secs:.1f} s")
+    cached, got, secs = ask(C, t2)
+    if got != want or secs > 10:
+        bad.append(f"(4) redis down, policy fail: seed {seed}: output {got} vs {want}, {secs:.1f} s")
 redis = subprocess.Popen(["redis-server", "--port", rport, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 try:
@@ -146,10 +154,31 @@ try:
         bad.append("(3) the corrupted page was not counted")
     if metric(B, "m3serve:kv_tier_hits_total") <= 0:
         bad.append("no shared-tier hits in /metrics")
+
+    # (4) Policy fail on C: the corrupted prefix fails its request cleanly; C goes on.
+    t1, t2 = conv(6)
+    before = len(keys())
+    ask(A, t1)
+    stored_after(before, 2)
+    for k in keys():
+        n = int(subprocess.run(["redis-cli", "-p", rport, "strlen", k], capture_output=True, text=True).stdout)
+        subprocess.run(["redis-cli", "-p", rport, "setrange", k, str(n - 5), "Z"], capture_output=True, check=True)
+    try:
+        ask(C, t2)
+        bad.append("(4) policy fail: a request with a corrupted prefix page succeeded")
+    except urllib.error.HTTPError as e:
+        msg = e.read().decode()
+        if e.code != 500 or "failed verification" not in msg or "kv_load_failure_policy" not in msg:
+            bad.append(f"(4) policy fail: HTTP {e.code}: {msg}")
+    t1, t2 = conv(7)
+    _, want, _ = ask(ref, t2)
+    cached, got, _ = ask(C, t2)
+    if got != want:
+        bad.append(f"(4) policy fail: the next request's output {got} vs {want}")
 finally:
     redis.kill()
 for b in bad:
     print("FAIL:", b)
 sys.exit(1 if bad else 0)
 PY
-echo "serve_redis_tier: prefixes shared through Redis, its loss and return survived, corruption refused"
+echo "serve_redis_tier: prefixes shared through Redis, its loss and return survived, corruption refused, policy fail honoured"

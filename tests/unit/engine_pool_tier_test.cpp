@@ -153,11 +153,12 @@ class FakeSharedTier : public m3::KvTier {
   explicit FakeSharedTier(std::map<uint64_t, std::string>& store) : store_(store) {}
   const char* name() const override { return "fake-shared"; }
   void put(uint64_t hash, std::string&& blob) override { store_[hash] = std::move(blob); }
-  bool get(uint64_t hash, std::string& out) override {
+  m3::TierRead get(uint64_t hash, std::string& out) override {
+    if (failing.count(hash)) return m3::TierRead::Failed;  // held, but the transfer breaks off
     auto it = store_.find(hash);
-    if (it == store_.end()) return false;
+    if (it == store_.end()) return m3::TierRead::Miss;
     out = it->second;
-    return true;
+    return m3::TierRead::Hit;
   }
   void erase(uint64_t hash) override { store_.erase(hash); }
   m3::KvTierStats stats() const override { return {}; }
@@ -172,6 +173,7 @@ class FakeSharedTier : public m3::KvTier {
   }
   bool fetched(uint64_t ticket) override { return !hold || !pending.count(ticket); }
   std::set<uint64_t> pending;
+  std::set<uint64_t> failing;  // pages whose load fails
   bool hold = false;  // fetches do not end until the test clears it
   int prefetches = 0;
 
@@ -217,6 +219,88 @@ TEST(KvTier, SharedTierFetchAheadLetsOthersRun) {
   EXPECT_GE(got["t2"].cached, 128 * 9 / 10);
   EXPECT_EQ(got["t2"].tokens, ref.tokens);
   EXPECT_EQ(b.stats().free_pages, b.stats().total_pages);
+}
+
+// kv_load_failure_policy: a page the shared tier holds but cannot deliver (the transfer breaks off)
+// is recomputed under "recompute" (same output, fewer cached tokens) and ends the request with an
+// error naming the page under "fail"; either way every page returns to the pool and the next request
+// is served. A page that fails verification counts as a failed load too.
+TEST(KvTier, LoadFailurePolicy) {
+  const Workload w;
+  const Turn ref = turn2_without_tier(w);
+  std::map<uint64_t, std::string> store;
+  {
+    m3::Engine a(model(), nullptr, small_pool(0));
+    a.set_shared_tier(std::make_unique<FakeSharedTier>(store), false);
+    run(a, "t1", w.turn1, 4);
+  }
+  ASSERT_GE(store.size(), 8u);
+  // The fourth prefix page is the one whose load fails (the chain's order: hash of parent and tokens).
+  std::vector<uint64_t> chain;
+  for (auto& [h, blob] : store) chain.push_back(h);
+  for (const std::string policy : {"recompute", "fail"}) {
+    m3::EngineConfig c = small_pool(0);
+    c.kv_load_failure_policy = policy;
+    m3::Engine b(model(), nullptr, c);
+    auto tier = std::make_unique<FakeSharedTier>(store);
+    for (uint64_t h : chain) tier->failing.insert(h);  // every held page fails to load
+    b.set_shared_tier(std::move(tier), false);
+    b.add_request("t2", w.turn2, greedy(8));
+    Turn got;
+    std::string error;
+    m3::FinishReason reason = m3::FinishReason::None;
+    while (b.has_work())
+      for (auto& o : b.step()) {
+        got.tokens.insert(got.tokens.end(), o.new_tokens.begin(), o.new_tokens.end());
+        got.cached = o.num_cached_tokens;
+        if (o.finished) reason = o.finish_reason, error = o.error;
+      }
+    if (policy == "recompute") {
+      EXPECT_EQ(reason, m3::FinishReason::Length);
+      EXPECT_EQ(got.tokens, ref.tokens);
+      EXPECT_EQ(got.cached, 0);
+    } else {
+      EXPECT_EQ(reason, m3::FinishReason::Error);
+      EXPECT_TRUE(got.tokens.empty());
+      EXPECT_NE(error.find("could not be loaded from the fake-shared tier"), std::string::npos) << error;
+      EXPECT_NE(error.find("kv_load_failure_policy"), std::string::npos) << error;
+    }
+    EXPECT_GE(b.stats().tier_load_failures, 1);
+    EXPECT_EQ(b.stats().free_pages, b.stats().total_pages);
+    // The engine goes on: the next request is served.
+    EXPECT_EQ(run(b, "next", w.others[0], 4).tokens.size(), 4u);
+  }
+  // A corrupted page in a local folder tier, policy "fail": the request fails, naming the check.
+  const std::string dir = m3test::test_tmp_dir() + "/kv_tier_fail";
+  std::filesystem::remove_all(dir);
+  std::string folder;
+  {
+    m3::Engine e(model(), nullptr, small_pool(0.01, dir));
+    run(e, "t1", w.turn1, 4);
+    for (size_t i = 0; i < w.others.size(); ++i) run(e, "o" + std::to_string(i), w.others[i], 4);
+    folder = static_cast<m3::LocalKvTier*>(e.kv_tier())->folder();
+  }
+  for (const auto& f : std::filesystem::directory_iterator(folder)) {
+    std::fstream io(f.path(), std::ios::in | std::ios::out | std::ios::binary);
+    io.seekp(-5, std::ios::end);
+    io.put('\x5a');
+  }
+  m3::EngineConfig c = small_pool(0.01, dir);
+  c.kv_load_failure_policy = "fail";
+  m3::Engine e(model(), nullptr, c);
+  e.add_request("t2", w.turn2, greedy(8));
+  std::string error;
+  while (e.has_work())
+    for (auto& o : e.step())
+      if (o.finished) {
+        EXPECT_EQ(o.finish_reason, m3::FinishReason::Error);
+        error = o.error;
+      }
+  EXPECT_NE(error.find("failed verification"), std::string::npos) << error;
+  EXPECT_EQ(e.stats().free_pages, e.stats().total_pages);
+  m3::EngineConfig bad = small_pool(0);
+  bad.kv_load_failure_policy = "retry";
+  EXPECT_THROW(m3::Engine(model(), nullptr, bad), m3::Error);
 }
 
 TEST(KvTier, FlagErrors) {
