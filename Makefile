@@ -7,10 +7,10 @@ DEB_PACKAGES = g++ cmake make pkg-config libgtest-dev libbenchmark-dev nlohmann-
                libcli11-dev libfmt-dev libpcre2-dev \
                libcpp-httplib-dev libssl-dev zlib1g-dev libbrotli-dev libboost-dev curl python3 \
                libzmq3-dev cppzmq-dev libmsgpack-cxx-dev python3-zmq python3-msgpack nginx haproxy \
-               libhiredis-dev redis-server
+               libhiredis-dev redis-server nodejs npm
 DEMO_MODEL ?= $(BUILD)/demo-model
 
-.PHONY: all deps configure build test test-asan run clean soak bench-kernels
+.PHONY: all deps configure build test test-asan run clean soak bench-kernels sdk-clients
 
 all: build
 
@@ -32,8 +32,16 @@ configure: deps $(BUILD)/CMakeCache.txt
 build: configure
 	cmake --build $(BUILD) -j $(JOBS)
 
+# The official OpenAI and Anthropic SDKs (npm, pinned in tests/tools/sdk/package-lock.json) under the build
+# dir, for tests/cli/server_agent_apis.sh. Needs registry.npmjs.org once; without it that test fails saying so.
+sdk-clients: deps
+	@[ -d $(BUILD)/sdk-clients/node_modules/@anthropic-ai/sdk ] || ( mkdir -p $(BUILD)/sdk-clients && \
+	  cp tests/tools/sdk/package.json tests/tools/sdk/package-lock.json $(BUILD)/sdk-clients/ && \
+	  cd $(BUILD)/sdk-clients && npm ci --no-audit --no-fund --silent ) || \
+	  echo "warning: npm could not install the SDKs (registry unreachable?); cli.server_agent_apis will fail" >&2
+
 # Whole suite (release build), then the loader/format tests again under ASan+UBSan.
-test: build
+test: build sdk-clients
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 	$(MAKE) test-asan
 
