@@ -131,7 +131,7 @@ const ojson& array_field(const ojson& v, const std::string& where) {
 std::string indexed(const std::string& where, size_t i) { return where + "[" + std::to_string(i) + "]"; }
 
 std::string required_string(const ojson& o, const char* key, const std::string& where) {
-  const ojson* v = get_field(o, key);
+  const ojson* v = get_field(object_field(o, where), key);
   return string_field(v ? *v : ojson(), where + "." + key);
 }
 

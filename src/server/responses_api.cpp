@@ -109,10 +109,10 @@ ojson input_messages(const ojson& input, const ojson* instructions) {
       std::string text;
       if (c) {
         array_field(*c, w + ".content");
-        for (size_t j = 0; j < c->size(); ++j) text += string_field((*c)[j].value("text", ojson()), indexed(w + ".content", j) + ".text");
+        for (size_t j = 0; j < c->size(); ++j) text += required_string((*c)[j], "text", indexed(w + ".content", j));
       } else if (s) {
         array_field(*s, w + ".summary");
-        for (size_t j = 0; j < s->size(); ++j) text += string_field((*s)[j].value("text", ojson()), indexed(w + ".summary", j) + ".text");
+        for (size_t j = 0; j < s->size(); ++j) text += required_string((*s)[j], "text", indexed(w + ".summary", j));
       }
       reasoning += text;
       open_assistant = false;
