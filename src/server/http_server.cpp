@@ -428,14 +428,19 @@ struct Server {
 
 enum class Route { Health, Version, Models, Metrics, Chat, Completions, Tokenize, Detokenize, Responses, Messages, CountTokens };
 
-// Responses / Messages: the translated chat body parsed and limited as a chat request is, its errors
-// naming the API's fields.
-ParsedRequest api_chat_request(const ojson& chat, const ServerContext& ctx, const RequestLimits& lim,
-                               const FieldNames& names) {
+// Responses / Messages: the translated chat body parsed, limited and submitted as a chat request is, its
+// errors naming the API's fields; make_output(model) makes the translator of its output.
+template <class MakeOutput>
+std::shared_ptr<Call> start_api_call(AsyncEngine& ae, const ServerContext& ctx, const RequestLimits& lim,
+                                     const ojson& chat, const FieldNames& names, const char* prefix,
+                                     MakeOutput make_output) {
   try {
     ParsedRequest pr = parse_chat_request(chat, ctx);
     check_request_limits(pr, lim);
-    return pr;
+    std::unique_ptr<ApiOutput> api = make_output(pr.model);
+    std::shared_ptr<Call> c = start_call(ae, ctx, std::move(pr), prefix);
+    c->api = std::move(api);  // before respond() reads any output
+    return c;
   } catch (const ApiError& e) {
     throw rename_error(e, names);
   }
@@ -879,24 +884,18 @@ class Conn : public std::enable_shared_from_this<Conn> {
         }
         case Route::Responses: {
           ResponsesRequest rr = responses_to_chat(parse_body(req.body()));
-          ParsedRequest pr = api_chat_request(rr.chat, ctx, opt_.limits, responses_field_names());
           const Tokenizer* tok = ctx.tok;
-          auto api = make_responses_output(std::move(rr.echo), pr.model, now_s(), random_ids(),
-                                           [tok](const std::string& t) { return int64_t(tok->encode(t, false).size()); });
-          auto c = start_call(srv_.ae, ctx, std::move(pr), "resp_");
-          c->api = std::move(api);
-          respond(c);
+          respond(start_api_call(srv_.ae, ctx, opt_.limits, rr.chat, responses_field_names(), "resp_", [&](std::string model) {
+            return make_responses_output(std::move(rr.echo), std::move(model), now_s(), random_ids(),
+                                         [tok](const std::string& t) { return int64_t(tok->encode(t, false).size()); });
+          }));
           return;
         }
-        case Route::Messages: {
-          ParsedRequest pr =
-              api_chat_request(messages_to_chat(parse_body(req.body())), ctx, opt_.limits, messages_field_names());
-          auto api = make_messages_output(pr.model, random_ids());
-          auto c = start_call(srv_.ae, ctx, std::move(pr), "msg_");
-          c->api = std::move(api);
-          respond(c);
+        case Route::Messages:
+          respond(start_api_call(srv_.ae, ctx, opt_.limits, messages_to_chat(parse_body(req.body())),
+                                 messages_field_names(), "msg_",
+                                 [](std::string model) { return make_messages_output(std::move(model), random_ids()); }));
           return;
-        }
         case Route::CountTokens: {
           // The prompt the request would be served with: translated, rendered, tokenized.
           const ojson chat = messages_to_chat(parse_body(req.body()), true);

@@ -307,7 +307,8 @@ class ResponsesOutput final : public ApiOutput, BlockBuilder {
     usage["output_tokens_details"] = {{"reasoning_tokens", std::min(out, s.reasoning.empty() ? 0 : count_(s.reasoning))}};
     usage["total_tokens"] = in + out;
     const bool cut = s.finish_reason == "length";
-    ojson r = response(cut ? "incomplete" : "completed", usage);
+    // abort: the server ended the request (shutdown) before the model did.
+    ojson r = response(cut ? "incomplete" : s.finish_reason == "abort" ? "cancelled" : "completed", usage);
     if (cut) r["incomplete_details"] = {{"reason", "max_output_tokens"}};
     for (size_t i = 0; i < blocks().size(); ++i) r["output"].push_back(item(i, "completed"));
     return r;
