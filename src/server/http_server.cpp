@@ -897,16 +897,16 @@ class Conn : public std::enable_shared_from_this<Conn> {
                                  [](std::string model) { return make_messages_output(std::move(model), random_ids()); }));
           return;
         case Route::CountTokens: {
-          // The prompt the request would be served with: translated, rendered, tokenized.
+          // The prompt exactly as /v1/messages would serve it (a forced tool-call opener included): the
+          // request parsed as chat, not run.
           const ojson chat = messages_to_chat(parse_body(req.body()), true);
-          std::string text;
+          ParsedRequest pr;
           try {
-            check_model(chat, ctx);
-            text = render_messages(chat, ctx, true);
+            pr = parse_chat_request(chat, ctx);
           } catch (const ApiError& e) {
             throw rename_error(e, messages_field_names());
           }
-          write_full(json(200, {{"input_tokens", ctx.tok->encode(text, true).size()}}));
+          write_full(json(200, {{"input_tokens", pr.prompts.at(0).size()}}));
           return;
         }
         case Route::Tokenize: {

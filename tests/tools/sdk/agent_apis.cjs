@@ -165,6 +165,14 @@ async function messages() {
   // count_tokens: the same prompt as served.
   const ct = await anthropic.messages.countTokens({ model: 'demo', system: SYSTEM, tools: anTools, thinking: req.thinking, messages: req.messages });
   assert.equal(ct.input_tokens, m.usage.input_tokens);
+  // A named tool forces the call's opener into the prompt: counted as served.
+  const named = { type: 'tool', name: 'calculator' };
+  const ctn = await anthropic.messages.countTokens({ model: 'demo', system: SYSTEM, tools: anTools, tool_choice: named, messages: req.messages });
+  const mn = await anthropic.messages.create({ ...req, thinking: undefined, tool_choice: named, max_tokens: 60 });
+  assert.equal(ctn.input_tokens, mn.usage.input_tokens);
+  assert.equal(mn.stop_reason, 'tool_use');
+  assert.equal(mn.content[0].type, 'tool_use');
+  assert.equal(mn.content[0].name, 'calculator');
 
   // The round trip: the assistant's blocks sent back, then a tool_result per call.
   const req2 = { ...req, messages: [...req.messages, { role: 'assistant', content: m.content },
