@@ -10,7 +10,7 @@ DEB_PACKAGES = g++ cmake make pkg-config libgtest-dev libbenchmark-dev nlohmann-
                libhiredis-dev redis-server nodejs npm python3-jsonschema
 DEMO_MODEL ?= $(BUILD)/demo-model
 
-.PHONY: all deps configure build test test-asan run clean soak bench-kernels bench-structured validator
+.PHONY: all deps configure build test test-asan run clean soak bench-kernels bench-structured validator sdk-clients
 
 all: build
 
@@ -39,8 +39,17 @@ validator: deps
 	@[ -d tests/tools/ajv/node_modules/ajv-formats ] || (cd tests/tools/ajv && npm install --no-audit --no-fund --silent) || \
 	  echo "warning: npm install failed; the structured-output tests validate with python3-jsonschema instead"
 
+
+# The official OpenAI and Anthropic SDKs (npm, pinned in tests/tools/sdk/package-lock.json) under the build
+# dir, for tests/cli/server_agent_apis.sh. Needs registry.npmjs.org once; without it that test fails saying so.
+sdk-clients: deps
+	@[ -d $(BUILD)/sdk-clients/node_modules/@anthropic-ai/sdk ] || ( mkdir -p $(BUILD)/sdk-clients && \
+	  cp tests/tools/sdk/package.json tests/tools/sdk/package-lock.json $(BUILD)/sdk-clients/ && \
+	  cd $(BUILD)/sdk-clients && npm ci --no-audit --no-fund --silent ) || \
+	  echo "warning: npm could not install the SDKs (registry unreachable?); cli.server_agent_apis will fail" >&2
+
 # Whole suite (release build), then the loader/format tests again under ASan+UBSan.
-test: build validator
+test: build validator sdk-clients
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 	$(MAKE) test-asan
 

@@ -266,7 +266,7 @@ void register_serve(CLI::App& app) {
   sub->add_option("--host", o->host, "Address to listen on (default 127.0.0.1)");
   sub->add_option("--port", o->port, "Port (default 8000; 0 = any free port, printed at start)")
       ->check(CLI::Range(0, 65535));
-  sub->add_option("--api-key", o->api_key, "Require `Authorization: Bearer KEY` on /v1 (also $VLLM_API_KEY)");
+  sub->add_option("--api-key", o->api_key, "Require `Authorization: Bearer KEY` (or `x-api-key: KEY`) on /v1 (also $VLLM_API_KEY)");
   sub->add_option("--allowed-origins", o->allowed_origins,
                   "CORS: origins browsers may call from, a JSON list or comma-separated (default [\"*\"]: any)")
       ->allow_extra_args(false)  // one value per occurrence: CLI11 would split a JSON list itself

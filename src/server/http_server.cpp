@@ -50,7 +50,9 @@
 #include "formats/error.h"
 #include "server/async_engine.h"
 #include "server/errors.h"
+#include "server/messages_api.h"
 #include "server/metrics.h"
+#include "server/responses_api.h"
 #include "server/sse.h"
 
 namespace m3::server {
@@ -91,6 +93,8 @@ struct Call {
   std::vector<bool> emitted_first;
   bool started = false, closed = false;
   int idle_waits = 0;
+  // Responses / Messages: the chat output rewritten into that API's body and events (null: chat / completions).
+  std::unique_ptr<ApiOutput> api;
 };
 
 std::shared_ptr<Call> start_call(AsyncEngine& ae, const ServerContext& ctx, ParsedRequest pr, const char* prefix) {
@@ -248,7 +252,9 @@ std::string stream_step(Call& c, const ServerContext& ctx, int interval) {
   std::string out;
   if (!c.started) {
     c.started = true;
-    if (c.pr.chat) {
+    if (c.api) {
+      out += c.api->begin(int64_t(c.pr.prompts[0].size()));
+    } else if (c.pr.chat) {
       for (size_t i = 0; i < c.choices.size(); ++i) {
         ojson j;
         j["id"] = c.id;
@@ -267,8 +273,7 @@ std::string stream_step(Call& c, const ServerContext& ctx, int interval) {
   }
   std::vector<RequestOutput> outs;
   if (!c.stream->wait(outs, std::chrono::milliseconds(100))) {
-    out += sse_event(dump(error_body(500, c.stream->error())));
-    out += sse_done();
+    out += c.api ? c.api->stream_error(500, c.stream->error()) : sse_event(dump(error_body(500, c.stream->error()))) + sse_done();
     c.closed = true;
     c.remaining = 0;
     return out;
@@ -278,8 +283,7 @@ std::string stream_step(Call& c, const ServerContext& ctx, int interval) {
     if (it == c.index.end()) continue;
     if (o.finish_reason == FinishReason::Error) {
       // As an engine failure mid-stream: the error event, then [DONE]; the caller aborts the rest.
-      out += sse_event(dump(error_body(500, o.error)));
-      out += sse_done();
+      out += c.api ? c.api->stream_error(500, o.error) : sse_event(dump(error_body(500, o.error))) + sse_done();
       c.closed = true;
       return out;
     }
@@ -293,10 +297,13 @@ std::string stream_step(Call& c, const ServerContext& ctx, int interval) {
     if (h.finished) --c.remaining;
     h = RequestOutput{};
     if (d.empty() && !d.finished) continue;
-    out += stream_chunk(c, i, d, s, *ctx.tok, offset);
+    out += c.api ? c.api->delta(d) : stream_chunk(c, i, d, s, *ctx.tok, offset);
     c.emitted_first[i] = true;
   }
-  if (c.remaining == 0) {
+  if (c.remaining == 0 && c.api) {
+    out += c.api->end(*c.choices[0], usage_of(c));
+    c.closed = true;
+  } else if (c.remaining == 0) {
     if (c.pr.include_usage) {
       ojson j;
       j["id"] = c.id;
@@ -431,7 +438,25 @@ struct Server {
   net::io_context ioc;  // declared last: destroyed first, with the handlers that still hold connections
 };
 
-enum class Route { Health, Version, Models, Metrics, Chat, Completions, Tokenize, Detokenize };
+enum class Route { Health, Version, Models, Metrics, Chat, Completions, Tokenize, Detokenize, Responses, Messages, CountTokens };
+
+// Responses / Messages: the translated chat body parsed, limited and submitted as a chat request is, its
+// errors naming the API's fields; make_output(model) makes the translator of its output.
+template <class MakeOutput>
+std::shared_ptr<Call> start_api_call(AsyncEngine& ae, const ServerContext& ctx, const RequestLimits& lim,
+                                     const ojson& chat, const FieldNames& names, const char* prefix,
+                                     MakeOutput make_output) {
+  try {
+    ParsedRequest pr = parse_chat_request(chat, ctx);
+    check_request_limits(pr, lim);
+    std::unique_ptr<ApiOutput> api = make_output(pr.model);
+    std::shared_ptr<Call> c = start_call(ae, ctx, std::move(pr), prefix);
+    c->api = std::move(api);  // before respond() reads any output
+    return c;
+  } catch (const ApiError& e) {
+    throw rename_error(e, names);
+  }
+}
 
 class Conn : public std::enable_shared_from_this<Conn> {
  public:
@@ -516,6 +541,7 @@ class Conn : public std::enable_shared_from_this<Conn> {
 
   void read_header() {
     first_ = false;
+    anthropic_ = false;  // set again by handle() from the new request's path
     parser_.emplace();
     parser_->header_limit(uint32_t(opt_.max_header_bytes));
     parser_->body_limit(opt_.max_body_bytes);  // counts de-chunked bytes as well
@@ -631,8 +657,12 @@ class Conn : public std::enable_shared_from_this<Conn> {
   }
 
   // --- routing (strand) ---
+  // Anthropic's error shape on /v1/messages*, OpenAI's elsewhere.
+  ojson error_json(int status, const std::string& msg, const std::string& param = {}) const {
+    return anthropic_ ? anthropic_error_body(status, msg) : error_body(status, msg, param);
+  }
   Response error(int status, const std::string& msg, const std::string& param = {}) const {
-    return make_response(status, dump(error_body(status, msg, param)), "application/json", version_,
+    return make_response(status, dump(error_json(status, msg, param)), "application/json", version_,
                          keep_alive_ && !srv_.draining.load());
   }
   Response json(int status, const ojson& j) const {
@@ -655,9 +685,14 @@ class Conn : public std::enable_shared_from_this<Conn> {
     std::string path(req.target());
     if (auto q = path.find('?'); q != std::string::npos) path.resize(q);
     const bool get = req.method() == http::verb::get, post = req.method() == http::verb::post;
+    anthropic_ = path.rfind("/v1/messages", 0) == 0;
     const bool protected_path = path.rfind("/v1", 0) == 0 || path == "/tokenize" || path == "/detokenize";
-    if (protected_path && !opt_.api_key.empty() && !same_secret(std::string(req[http::field::authorization]), "Bearer " + opt_.api_key))
-      return reply(error(401, "Unauthorized: missing or wrong API key (send Authorization: Bearer <key>)"), false);
+    // The key as OpenAI clients send it, or as Anthropic's do (x-api-key).
+    if (protected_path && !opt_.api_key.empty() &&
+        !same_secret(std::string(req[http::field::authorization]), "Bearer " + opt_.api_key) &&
+        !same_secret(std::string(req["x-api-key"]), opt_.api_key))
+      return reply(error(401, "Unauthorized: missing or wrong API key (send Authorization: Bearer <key> or x-api-key: <key>)"),
+                   false);
     struct R {
       const char* path;
       Route route;
@@ -667,7 +702,9 @@ class Conn : public std::enable_shared_from_this<Conn> {
                                {"/version", Route::Version, true, false},     {"/v1/models", Route::Models, true, false},
                                {"/metrics", Route::Metrics, true, false},     {"/v1/chat/completions", Route::Chat, false, true},
                                {"/v1/completions", Route::Completions, false, true}, {"/tokenize", Route::Tokenize, false, true},
-                               {"/detokenize", Route::Detokenize, false, true}};
+                               {"/detokenize", Route::Detokenize, false, true}, {"/v1/responses", Route::Responses, false, true},
+                               {"/v1/messages", Route::Messages, false, true},
+                               {"/v1/messages/count_tokens", Route::CountTokens, false, true}};
     const R* r = nullptr;
     for (auto& x : routes)
       if (path == x.path) r = &x;
@@ -857,6 +894,33 @@ class Conn : public std::enable_shared_from_this<Conn> {
           respond(start_call(srv_.ae, ctx, std::move(pr), chat ? "chatcmpl-" : "cmpl-"));
           return;
         }
+        case Route::Responses: {
+          ResponsesRequest rr = responses_to_chat(parse_body(req.body()));
+          const Tokenizer* tok = ctx.tok;
+          respond(start_api_call(srv_.ae, ctx, opt_.limits, rr.chat, responses_field_names(), "resp_", [&](std::string model) {
+            return make_responses_output(std::move(rr.echo), std::move(model), now_s(), random_ids(),
+                                         [tok](const std::string& t) { return int64_t(tok->encode(t, false).size()); });
+          }));
+          return;
+        }
+        case Route::Messages:
+          respond(start_api_call(srv_.ae, ctx, opt_.limits, messages_to_chat(parse_body(req.body())),
+                                 messages_field_names(), "msg_",
+                                 [](std::string model) { return make_messages_output(std::move(model), random_ids()); }));
+          return;
+        case Route::CountTokens: {
+          // The prompt exactly as /v1/messages would serve it (a forced tool-call opener included): the
+          // request parsed as chat, not run.
+          const ojson chat = messages_to_chat(parse_body(req.body()), true);
+          ParsedRequest pr;
+          try {
+            pr = parse_chat_request(chat, ctx);
+          } catch (const ApiError& e) {
+            throw rename_error(e, messages_field_names());
+          }
+          write_full(json(200, {{"input_tokens", pr.prompts.at(0).size()}}));
+          return;
+        }
         case Route::Tokenize: {
           const ojson body = parse_body(req.body());
           if (!body.is_object()) throw bad_request("the request body must be a JSON object");
@@ -934,7 +998,10 @@ class Conn : public std::enable_shared_from_this<Conn> {
         ae.abort(c->ids);
         throw;
       }
-      auto body = [&] { return dump(c->pr.chat ? chat_response(*c, *srv_.ctx.tok) : completion_response(*c, *srv_.ctx.tok)); };
+      auto body = [&] {
+        if (c->api) return dump(c->api->full(*c->choices[0], usage_of(*c)));
+        return dump(c->pr.chat ? chat_response(*c, *srv_.ctx.tok) : completion_response(*c, *srv_.ctx.tok));
+      };
       if (done) {
         write_full(make_response(200, body(), "application/json", version_, keep_alive_));
         return;
@@ -945,7 +1012,7 @@ class Conn : public std::enable_shared_from_this<Conn> {
         try {
           if (collect_for(*c, kHeartbeat)) out = body();
         } catch (const ApiError& e) {
-          out = dump(error_body(e.status, e.what()));
+          out = dump(error_json(e.status, e.what()));
           abort();  // the other choices of a failed request stop too
           c->remaining = 0;
         }
@@ -975,6 +1042,7 @@ class Conn : public std::enable_shared_from_this<Conn> {
   unsigned version_ = 11;
   bool keep_alive_ = true, first_ = true, counted_ = false;
   HeaderList cors_;  // the current request's CORS response headers
+  bool anthropic_ = false;  // the current request is /v1/messages*: errors in Anthropic's shape
 
   template <class Message>
   void add_cors(Message& m) const {

@@ -3,7 +3,8 @@
 //
 // Each input is a request body: it goes through what the server does with one (the limited JSON parse,
 // parse_chat_request, parse_completion_request, the per-request limits, render_messages for /tokenize,
-// which all run the chat template's JSON->jinja conversion) and through jinja::Value::from_json. The only
+// the Responses and Messages translators feeding parse_chat_request, which all run the chat template's
+// JSON->jinja conversion) and through jinja::Value::from_json. The only
 // outcomes allowed are a result or a client error (ApiError 400/404/413, m3::Error, nlohmann's
 // parse_error); anything else, a crash (SIGSEGV, stack overflow, abort) or an input that takes more than
 // a few seconds fails the run and leaves the input in the output directory.
@@ -39,8 +40,10 @@
 #include "chat/json_depth.h"
 #include "formats/error.h"
 #include "server/errors.h"
+#include "server/messages_api.h"
 #include "server/openai_protocol.h"
 #include "server/request_limits.h"
+#include "server/responses_api.h"
 #include "tokenizer/tokenizer.h"
 
 using namespace m3;
@@ -346,6 +349,17 @@ std::vector<std::string> run_one(Target& t, const std::string& text) {
     r.params.validate();
     check_request_limits(r, t.limits);
     return std::to_string(r.prompts.size() > 1) + std::to_string(r.n > 1) + std::to_string(r.echo);
+  }));
+  // The Responses and Messages translators, then the chat path they feed.
+  sig.push_back(outcome("responses", [&] {
+    const ParsedRequest r = parse_chat_request(responses_to_chat(body).chat, t.ctx);
+    check_request_limits(r, t.limits);
+    return std::to_string(r.stream);
+  }));
+  sig.push_back(outcome("messages", [&] {
+    const ParsedRequest r = parse_chat_request(messages_to_chat(body), t.ctx);
+    check_request_limits(r, t.limits);
+    return std::to_string(r.stream);
   }));
   if (body.is_object() && body.contains("messages"))
     sig.push_back(outcome("tokenize", [&] { return std::to_string(render_messages(body, t.ctx, true).empty()); }));
