@@ -15,7 +15,7 @@
 #include <chrono>
 #include <cstdint>
 
-#include "formats/host_memory.h"
+#include "base/host_memory.h"
 #include "kernels/cpu/cpu_features.h"
 
 // GCC 12 warns inside its own AVX-512 intrinsic headers (their undefined merge operand) when the

@@ -3,7 +3,7 @@
 
 #include <algorithm>
 
-#include "formats/error.h"
+#include "base/error.h"
 
 namespace m3::bench {
 

@@ -6,7 +6,7 @@
 #include <functional>
 #include <string>
 
-#include "formats/host_memory.h"
+#include "base/host_memory.h"
 
 namespace m3::bench {
 

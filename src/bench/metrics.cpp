@@ -11,7 +11,7 @@
 
 #include <fmt/format.h>
 
-#include "formats/error.h"
+#include "base/error.h"
 
 namespace m3::bench {
 

@@ -24,7 +24,7 @@
 #include "bench/datasets.h"
 #include "bench/metrics.h"
 #include "bench/plot.h"
-#include "formats/error.h"
+#include "base/error.h"
 
 namespace m3::bench {
 namespace {

@@ -5,7 +5,7 @@
 #include "chat/chat_template.h"
 
 #include "chat/json_depth.h"
-#include "formats/error.h"
+#include "base/error.h"
 
 namespace m3::chat {
 namespace {

@@ -7,7 +7,7 @@
 #include <string>
 #include <string_view>
 
-#include "formats/error.h"
+#include "base/error.h"
 
 namespace m3::chat {
 

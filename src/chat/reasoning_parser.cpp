@@ -8,7 +8,7 @@
 #include <algorithm>
 #include <vector>
 
-#include "formats/error.h"
+#include "base/error.h"
 
 namespace m3::chat {
 namespace {

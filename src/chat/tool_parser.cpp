@@ -12,7 +12,7 @@
 #include <random>
 
 #include "chat/jinja/jinja_value.h"
-#include "formats/error.h"
+#include "base/error.h"
 #include "tokenizer/utf8.h"
 
 namespace m3::chat {

@@ -9,7 +9,7 @@
 #include "cli/model_flags.h"
 #include "bench/serve_bench.h"
 #include "cli/commands.h"
-#include "formats/error.h"
+#include "base/error.h"
 
 namespace m3::cli {
 

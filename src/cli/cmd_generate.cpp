@@ -14,7 +14,7 @@
 #include "cli/engine_flags.h"
 #include "cli/request_json.h"
 #include "engine/engine.h"
-#include "formats/error.h"
+#include "base/error.h"
 #include "kernels/cpu/dispatch.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"

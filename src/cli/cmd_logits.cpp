@@ -8,7 +8,7 @@
 
 #include "cli/commands.h"
 #include "cli/model_flags.h"
-#include "formats/error.h"
+#include "base/error.h"
 #include "model/model.h"
 
 namespace m3::cli {

@@ -19,7 +19,7 @@
 #include "events/zmq_event_publisher.h"
 #include "store/kv_transfer_config.h"
 #include "store/redis_kv_tier.h"
-#include "formats/error.h"
+#include "base/error.h"
 #include "model/model.h"
 #include "server/http_server.h"
 #include "tokenizer/tokenizer.h"

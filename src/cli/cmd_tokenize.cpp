@@ -9,7 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
-#include "formats/error.h"
+#include "base/error.h"
 #include "tokenizer/tokenizer.h"
 
 namespace m3::cli {

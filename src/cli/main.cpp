@@ -11,7 +11,7 @@
 
 #include "cli/commands.h"
 #include "cli/option_prefixes.h"
-#include "formats/error.h"
+#include "base/error.h"
 
 int main(int argc, char** argv) {
   // A step is many short parallel regions. OpenMP threads that spin long at barriers lose badly

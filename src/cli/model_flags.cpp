@@ -4,7 +4,7 @@
 #include <cstdio>
 #include <string>
 
-#include "formats/error.h"
+#include "base/error.h"
 #include "kernels/cpu/linear.h"
 
 namespace m3::cli {

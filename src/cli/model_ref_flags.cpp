@@ -3,7 +3,7 @@
 
 #include <cstdio>
 
-#include "formats/json_flag.h"
+#include "base/json_flag.h"
 #include "hub/model_ref.h"
 
 namespace m3::cli {

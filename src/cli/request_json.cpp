@@ -4,7 +4,7 @@
 
 #include <cstdint>
 
-#include "formats/error.h"
+#include "base/error.h"
 #include "server/request_fields.h"
 #include "server/sampling_fields.h"
 

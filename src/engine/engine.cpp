@@ -9,7 +9,7 @@
 #include <sstream>
 #include <stdexcept>
 
-#include "formats/error.h"
+#include "base/error.h"
 
 namespace m3 {
 

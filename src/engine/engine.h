@@ -16,7 +16,7 @@
 #include "engine/kv_page_codec.h"
 #include "engine/kv_tier.h"
 #include "engine/kv_pool.h"
-#include "formats/host_memory.h"
+#include "base/host_memory.h"
 #include "engine/sampler.h"
 #include "engine/scheduler.h"
 #include "engine/sequence.h"

@@ -1,7 +1,7 @@
 // Parsing of the KV cache dtype flags (see kv_format.h).
 #include "engine/kv_format.h"
 
-#include "formats/error.h"
+#include "base/error.h"
 
 namespace m3 {
 

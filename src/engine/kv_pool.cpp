@@ -1,7 +1,7 @@
 // Paged KV memory and the per-sequence view (see kv_pool.h).
 #include "engine/kv_pool.h"
 
-#include "formats/error.h"
+#include "base/error.h"
 
 namespace m3 {
 

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "engine/kv_format.h"
-#include "formats/host_memory.h"
+#include "base/host_memory.h"
 #include "model/config.h"
 #include "model/kv_view.h"
 

@@ -8,7 +8,7 @@
 #include <fstream>
 #include <vector>
 
-#include "formats/error.h"
+#include "base/error.h"
 
 namespace m3 {
 

@@ -7,7 +7,7 @@
 #include <cstring>
 #include <limits>
 
-#include "formats/error.h"
+#include "base/error.h"
 
 namespace m3 {
 

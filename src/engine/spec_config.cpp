@@ -4,8 +4,8 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "formats/error.h"
-#include "formats/json_flag.h"
+#include "base/error.h"
+#include "base/json_flag.h"
 
 namespace m3 {
 

@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "formats/error.h"
+#include "base/error.h"
 
 namespace m3 {
 

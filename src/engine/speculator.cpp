@@ -7,7 +7,7 @@
 
 #include "engine/engine.h"
 #include "engine/kv_page_codec.h"
-#include "formats/error.h"
+#include "base/error.h"
 
 namespace m3 {
 

@@ -5,7 +5,7 @@
 #include <zmq_addon.hpp>
 
 #include "events/kv_event_encoding.h"
-#include "formats/error.h"
+#include "base/error.h"
 
 namespace m3::events {
 

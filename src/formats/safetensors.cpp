@@ -14,7 +14,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "formats/error.h"
+#include "base/error.h"
 
 namespace m3 {
 

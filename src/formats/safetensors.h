@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "formats/dtype.h"
-#include "formats/host_memory.h"
+#include "base/host_memory.h"
 
 namespace m3 {
 

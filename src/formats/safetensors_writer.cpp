@@ -9,7 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
-#include "formats/error.h"
+#include "base/error.h"
 
 namespace m3 {
 

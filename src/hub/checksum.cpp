@@ -7,7 +7,7 @@
 #include <memory>
 #include <vector>
 
-#include "formats/error.h"
+#include "base/error.h"
 
 namespace m3::hub {
 

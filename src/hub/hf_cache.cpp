@@ -7,7 +7,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "formats/error.h"
+#include "base/error.h"
 
 namespace m3::hub {
 

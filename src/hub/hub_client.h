@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "formats/error.h"
+#include "base/error.h"
 
 namespace m3::hub {
 

@@ -10,7 +10,7 @@
 #include <sstream>
 #include <vector>
 
-#include "formats/error.h"
+#include "base/error.h"
 #include "hub/hf_cache.h"
 #include "hub/hub_client.h"
 

@@ -15,7 +15,7 @@
 #include <limits>
 #include <vector>
 
-#include "kernels/cpu/aligned_vector.h"
+#include "base/aligned_vector.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/dispatch.h"
 #include "model/msa_select.h"

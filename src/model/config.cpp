@@ -7,7 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "formats/error.h"
+#include "base/error.h"
 #include "model/json_reader.h"
 
 namespace m3 {

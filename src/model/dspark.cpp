@@ -11,7 +11,7 @@
 #include <limits>
 #include <sstream>
 
-#include "formats/error.h"
+#include "base/error.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/elementwise.h"
 #include "model/json_reader.h"

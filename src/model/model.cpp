@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "formats/error.h"
+#include "base/error.h"
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/linear.h"
 #include "model/moe.h"

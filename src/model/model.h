@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/cpu/aligned_vector.h"
+#include "base/aligned_vector.h"
 #include "model/attention.h"
 #include "model/config.h"
 #include "model/kv_cache.h"

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "kernels/cpu/dispatch.h"
-#include "kernels/cpu/aligned_vector.h"
+#include "base/aligned_vector.h"
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/linear.h"
 

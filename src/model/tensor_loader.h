@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "formats/dtype.h"
-#include "formats/error.h"
+#include "base/error.h"
 #include "formats/safetensors.h"
 #include "kernels/cpu/linear.h"
 #include "model/config.h"

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "formats/error.h"
+#include "base/error.h"
 #include "kernels/cpu/dispatch.h"
 #include "model/tensor_loader.h"
 

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "formats/safetensors.h"
-#include "kernels/cpu/aligned_vector.h"
+#include "base/aligned_vector.h"
 #include "kernels/cpu/linear.h"
 #include "model/config.h"
 

@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <cstdio>
 
-#include "formats/error.h"
+#include "base/error.h"
 #include "server/errors.h"
 
 namespace m3::server {

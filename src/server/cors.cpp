@@ -6,7 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "formats/error.h"
+#include "base/error.h"
 
 namespace m3::server {
 

@@ -47,7 +47,7 @@
 #include <unordered_map>
 
 #include "chat/json_depth.h"
-#include "formats/error.h"
+#include "base/error.h"
 #include "server/async_engine.h"
 #include "server/errors.h"
 #include "server/messages_api.h"

@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "formats/error.h"
+#include "base/error.h"
 #include "server/errors.h"
 #include "server/openai_response.h"
 #include "server/request_fields.h"

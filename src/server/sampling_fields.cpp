@@ -3,7 +3,7 @@
 
 #include <cmath>
 
-#include "formats/error.h"
+#include "base/error.h"
 #include "server/errors.h"
 
 namespace m3::server {

@@ -6,7 +6,7 @@
 #include <chrono>
 #include <cstdio>
 
-#include "formats/error.h"
+#include "base/error.h"
 
 namespace m3::store {
 

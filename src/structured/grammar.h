@@ -22,7 +22,7 @@
 #include <utility>
 #include <vector>
 
-#include "formats/error.h"
+#include "base/error.h"
 
 namespace m3::structured {
 

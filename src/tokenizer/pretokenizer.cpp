@@ -4,7 +4,7 @@
 
 #include <pcre2.h>
 
-#include "formats/error.h"
+#include "base/error.h"
 
 namespace m3::tok {
 

@@ -10,7 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "formats/error.h"
+#include "base/error.h"
 #include "tokenizer/bpe.h"
 #include "tokenizer/byte_level.h"
 #include "tokenizer/pretokenizer.h"

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "formats/dtype.h"
-#include "formats/error.h"
+#include "base/error.h"
 #include "formats/quantize.h"
 #include "formats/safetensors_writer.h"
 #include "tools/bpe_trainer.h"

@@ -38,7 +38,7 @@
 #include "chat/chat_template.h"
 #include "chat/jinja/jinja.h"
 #include "chat/json_depth.h"
-#include "formats/error.h"
+#include "base/error.h"
 #include "server/errors.h"
 #include "server/messages_api.h"
 #include "server/openai_protocol.h"

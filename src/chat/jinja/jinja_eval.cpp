@@ -8,7 +8,7 @@
 #include "chat/jinja/jinja.h"
 #include "chat/jinja/jinja_builtins.h"
 #include "chat/jinja/jinja_parser.h"
-#include "formats/error.h"
+#include "base/error.h"
 
 namespace m3::jinja {
 namespace {

@@ -5,7 +5,7 @@
 
 #include <cctype>
 
-#include "formats/error.h"
+#include "base/error.h"
 #include "tokenizer/utf8.h"
 
 namespace m3::jinja {

@@ -4,7 +4,7 @@
 
 #include <set>
 
-#include "formats/error.h"
+#include "base/error.h"
 
 namespace m3::jinja {
 namespace {

@@ -7,7 +7,7 @@
 #include <cmath>
 #include <cstdio>
 
-#include "formats/error.h"
+#include "base/error.h"
 #include "tokenizer/utf8.h"
 
 namespace m3::jinja {

@@ -4,7 +4,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "formats/error.h"
+#include "base/error.h"
 #include "kernels/cpu/cpu_features.h"
 
 namespace m3 {

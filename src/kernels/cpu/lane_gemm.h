@@ -27,8 +27,8 @@
 #include <immintrin.h>
 
 #include "formats/dtype.h"
-#include "formats/host_memory.h"
-#include "kernels/cpu/aligned_vector.h"
+#include "base/host_memory.h"
+#include "base/aligned_vector.h"
 #include "kernels/cpu/dispatch.h"
 #include "kernels/cpu/isa_level.h"
 #include "kernels/cpu/linear.h"

@@ -10,7 +10,7 @@
 #include <memory>
 #include <vector>
 
-#include "kernels/cpu/aligned_vector.h"
+#include "base/aligned_vector.h"
 #include "kernels/cpu/dispatch.h"
 
 namespace m3 {

@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <string>
 
-#include "kernels/cpu/aligned_vector.h"
+#include "base/aligned_vector.h"
 
 namespace m3 {
 

@@ -22,7 +22,7 @@
 #include <type_traits>
 #include <immintrin.h>
 
-#include "kernels/cpu/aligned_vector.h"
+#include "base/aligned_vector.h"
 #include "kernels/cpu/dispatch.h"
 #include "kernels/cpu/isa_level.h"
 #include "kernels/cpu/linear.h"

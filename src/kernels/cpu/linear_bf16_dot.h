@@ -29,7 +29,7 @@
 #include <limits>
 #include <immintrin.h>
 
-#include "kernels/cpu/aligned_vector.h"
+#include "base/aligned_vector.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/dispatch.h"
 #include "kernels/cpu/isa_level.h"

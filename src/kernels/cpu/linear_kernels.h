@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "kernels/cpu/aligned_vector.h"
+#include "base/aligned_vector.h"
 #include "kernels/cpu/dispatch.h"
 #include "kernels/cpu/isa_level.h"
 #include "kernels/cpu/linear.h"

@@ -13,7 +13,7 @@
 #include <thread>
 #include <vector>
 
-#include "kernels/cpu/aligned_vector.h"
+#include "base/aligned_vector.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/dispatch.h"
 

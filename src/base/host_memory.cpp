@@ -1,5 +1,5 @@
 // Huge-page-advised anonymous memory (see host_memory.h).
-#include "formats/host_memory.h"
+#include "base/host_memory.h"
 
 #include <sys/mman.h>
 
@@ -11,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-#include "formats/error.h"
+#include "base/error.h"
 
 namespace m3 {
 

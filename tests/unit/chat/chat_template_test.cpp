@@ -11,7 +11,7 @@
 
 #include "chat/chat_template.h"
 #include "chat/jinja/jinja.h"
-#include "formats/error.h"
+#include "base/error.h"
 
 namespace {
 

@@ -16,7 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "formats/error.h"
+#include "base/error.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/utf8.h"
 

@@ -18,7 +18,7 @@
 #include "engine/sampler.h"
 #include "engine/spec_verify.h"
 #include "chi_square.h"
-#include "formats/error.h"
+#include "base/error.h"
 
 namespace {
 

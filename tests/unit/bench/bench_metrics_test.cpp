@@ -9,7 +9,7 @@
 #include "bench/metrics.h"
 #include "bench/plot.h"
 #include "bench/serve_bench.h"
-#include "formats/error.h"
+#include "base/error.h"
 
 using namespace m3::bench;
 

@@ -14,7 +14,7 @@
 #include "chat/chat_template.h"
 #include "chat/reasoning_parser.h"
 #include "chat/tool_parser.h"
-#include "formats/error.h"
+#include "base/error.h"
 
 namespace {
 

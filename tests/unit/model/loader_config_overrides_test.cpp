@@ -5,7 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "formats/error.h"
+#include "base/error.h"
 #include "model/config.h"
 
 TEST(ConfigOverrides, SubConfigsMergedOtherKeysReplaced) {

@@ -21,7 +21,7 @@
 #include "chat/jinja/jinja.h"
 #include "chat/reasoning_parser.h"
 #include "chat/tool_parser.h"
-#include "formats/error.h"
+#include "base/error.h"
 #include "server/errors.h"
 #include "server/openai_protocol.h"
 

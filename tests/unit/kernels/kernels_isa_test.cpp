@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "formats/dtype.h"
-#include "kernels/cpu/aligned_vector.h"
+#include "base/aligned_vector.h"
 #include "kernels/cpu/dispatch.h"
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/linear.h"

@@ -22,7 +22,7 @@
 #include "events/kv_event_encoding.h"
 #include "events/kv_events_config.h"
 #include "events/zmq_event_publisher.h"
-#include "formats/error.h"
+#include "base/error.h"
 #include "model/model.h"
 #include "test_tmp.h"
 

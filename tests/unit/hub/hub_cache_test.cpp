@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "formats/error.h"
+#include "base/error.h"
 #include "hub/hf_cache.h"
 #include "test_tmp.h"
 

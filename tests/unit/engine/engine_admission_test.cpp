@@ -7,7 +7,7 @@
 #include <gtest/gtest.h>
 
 #include "engine_test_util.h"
-#include "formats/error.h"
+#include "base/error.h"
 #include "golden_compare.h"
 #include "model/model.h"
 

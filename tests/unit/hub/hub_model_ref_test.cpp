@@ -7,7 +7,7 @@
 #include <fstream>
 #include <string>
 
-#include "formats/error.h"
+#include "base/error.h"
 #include "hub/hf_cache.h"
 #include "hub/model_ref.h"
 #include "test_tmp.h"

@@ -4,7 +4,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "formats/error.h"
+#include "base/error.h"
 
 namespace m3 {
 

@@ -13,7 +13,7 @@
 
 #include "chi_square.h"
 #include "engine_test_util.h"
-#include "formats/error.h"
+#include "base/error.h"
 #include "model/dspark.h"
 #include "model/kv_cache.h"
 #include "tokenizer/tokenizer.h"

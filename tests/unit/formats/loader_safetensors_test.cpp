@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "formats/block_dequant.h"
-#include "formats/error.h"
+#include "base/error.h"
 #include "formats/safetensors.h"
 #include "formats/safetensors_writer.h"
 #include "tools/make_model.h"

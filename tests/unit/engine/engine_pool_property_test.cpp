@@ -20,7 +20,7 @@
 #include <set>
 
 #include "engine_test_util.h"
-#include "formats/error.h"
+#include "base/error.h"
 #include "model/model.h"
 
 namespace {

@@ -9,7 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "formats/error.h"
+#include "base/error.h"
 #include "formats/safetensors.h"
 #include "formats/safetensors_writer.h"
 #include "tools/make_model.h"
