@@ -2,7 +2,8 @@
 BUILD      ?= build
 BUILD_ASAN ?= build-asan
 JOBS       ?= $(shell nproc)
-# Debian packages the build and the tests need (installed by `make deps` when missing).
+# Debian packages the build and the tests need (installed by `make deps` when missing; node and npm
+# from elsewhere, e.g. NodeSource, which conflicts with Debian's npm package, count as present).
 DEB_PACKAGES = g++ cmake make pkg-config libgtest-dev libbenchmark-dev nlohmann-json3-dev \
                libcli11-dev libfmt-dev libpcre2-dev \
                libcpp-httplib-dev libssl-dev ca-certificates zlib1g-dev libbrotli-dev libboost-dev curl python3 \
@@ -16,6 +17,7 @@ all: build
 
 deps:
 	@missing=""; for p in $(DEB_PACKAGES); do \
+	  case $$p in nodejs) command -v node >/dev/null && continue;; npm) command -v npm >/dev/null && continue;; esac; \
 	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"; \
 	done; \
 	if [ -n "$$missing" ]; then \
