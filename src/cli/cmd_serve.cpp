@@ -146,6 +146,25 @@ void run_serve(ServeOpts& o, CLI::App* sub) {
   EngineConfig ec = o.engine.resolve(&na);
   const store::KvTransferConfig ktc = store::KvTransferConfig::parse(o.kv_transfer_config);
   ec.kv_load_failure_policy = ktc.load_failure_policy;
+  if (ktc.cpu_offload) {
+    // SimpleCPUOffloadConnector is the local host-memory tier. Its size is per GPU rank in vLLM (the
+    // recipe's 560 GiB x 4 ranks); here one process serves, and a tier larger than half this host's
+    // memory would end in the OOM killer as it fills, so it is capped there, said at start.
+    if (ec.kv_offloading_gib > 0)
+      throw Error("--kv-offloading-size and --kv-transfer-config SimpleCPUOffloadConnector both configure the host "
+                  "KV tier: give one");
+    const double phys = double(::sysconf(_SC_PHYS_PAGES)) * double(::sysconf(_SC_PAGESIZE));
+    double bytes = double(ktc.cpu_offload->bytes);
+    if (phys > 0 && bytes > phys / 2) {
+      std::fprintf(stderr,
+                   "[m3serve] SimpleCPUOffloadConnector: cpu_bytes_to_use %.1f GiB is more than half of this "
+                   "host's %.1f GiB of memory; the host KV tier is capped at %.1f GiB\n",
+                   bytes / double(1ull << 30), phys / double(1ull << 30), phys / 2 / double(1ull << 30));
+      bytes = phys / 2;
+    }
+    ec.kv_offloading_gib = bytes / double(1ull << 30);
+    ec.kv_offloading_lazy = ktc.cpu_offload->lazy;
+  }
   na.insert(na.end(), ktc.not_applicable.begin(), ktc.not_applicable.end());
   print_not_applicable(na);
   if (o.enable_auto_tool_choice && o.tool_call_parser.empty())

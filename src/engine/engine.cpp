@@ -188,14 +188,27 @@ void Engine::set_shared_tier(std::unique_ptr<KvTier> tier, bool save_decode) {
   if (!cfg_.enable_prefix_caching)
     throw Error("a shared KV tier needs prefix caching (pages are found by their prefix hash)");
   shared_ = std::move(tier);
+  save_decode_ = save_decode;
   wire_loader();
-  // Written as soon as a page is computed, so that other engines find it (generated pages too when
-  // save_decode is set).
-  sched_->set_on_computed([this, save_decode](int32_t page, uint64_t hash, uint64_t parent, const int32_t* tokens,
+  install_on_computed();
+}
+
+void Engine::install_on_computed() {
+  const bool eager_local = tier_ && !cfg_.kv_offloading_lazy;
+  if (!shared_ && !eager_local) return;
+  sched_->set_on_computed([this, eager_local](int32_t page, uint64_t hash, uint64_t parent, const int32_t* tokens,
                                               bool from_decode) {
-    if (from_decode && !save_decode) return;
-    codec_->export_page(page, hash, parent, tokens, shared_blob_);
-    shared_->put(hash, std::move(shared_blob_));
+    // Shared tier: written as soon as a page is computed, so that other engines find it (generated
+    // pages too when save_decode is set).
+    if (shared_ && (!from_decode || save_decode_)) {
+      codec_->export_page(page, hash, parent, tokens, shared_blob_);
+      shared_->put(hash, std::move(shared_blob_));
+    }
+    if (eager_local && !tier_->holds(hash)) {
+      codec_->export_page(page, hash, parent, tokens, blob_);
+      tier_->put(hash, std::move(blob_));
+      ++stats_.tier_offloaded_pages;
+    }
   });
 }
 
@@ -210,8 +223,11 @@ void Engine::setup_tiers() {
   tier_ = std::make_unique<LocalKvTier>(int64_t(cfg_.kv_offloading_gib * double(1ull << 30)), cfg_.kv_offloading_dir,
                                         codec().layout_id(), codec().blob_bytes());
   wire_loader();
-  // Lazy offload: a page is written to the tier only when the pool evicts it for reuse.
+  install_on_computed();
+  // Lazy offload: a page is written to the tier when the pool evicts it for reuse (with eager offload
+  // it is there already, unless the tier dropped it since).
   blocks_->set_on_evict([this](int32_t page, uint64_t hash, uint64_t parent, const int32_t* tokens) {
+    if (!cfg_.kv_offloading_lazy && tier_->holds(hash)) return;
     codec_->export_page(page, hash, parent, tokens, blob_);
     tier_->put(hash, std::move(blob_));
     ++stats_.tier_offloaded_pages;
@@ -235,7 +251,8 @@ std::string Engine::describe() const {
   if (tier_)
     o << "; KV tier " << tier_->name() << " " << cfg_.kv_offloading_gib << " GiB ("
       << int64_t(cfg_.kv_offloading_gib * double(1ull << 30)) / int64_t(codec_->blob_bytes()) << " pages"
-      << (cfg_.kv_offloading_dir.empty() ? "" : ", in " + static_cast<LocalKvTier*>(tier_.get())->folder()) << ")";
+      << (cfg_.kv_offloading_dir.empty() ? "" : ", in " + static_cast<LocalKvTier*>(tier_.get())->folder())
+      << (cfg_.kv_offloading_lazy ? ", offloaded when evicted" : ", offloaded as computed") << ")";
   if (spec_) o << "; " << spec_->describe();
   return o.str();
 }

@@ -49,6 +49,10 @@ struct EngineConfig {
   // there and loaded back on a prefix hit instead of being recomputed. 0 = off.
   double kv_offloading_gib = 0;
   std::string kv_offloading_dir;  // empty: host memory
+  // Lazy offload (the default): a page goes to the local tier when the pool evicts it. Eager (false,
+  // SimpleCPUOffloadConnector's lazy_offload: false): as soon as it is computed, so it survives in the
+  // tier whatever the pool does later.
+  bool kv_offloading_lazy = true;
   // A tier page that fails to load (unreadable, cut off, not verifying): "recompute" the block, or
   // "fail" the request with an error (vLLM's kv_load_failure_policy).
   std::string kv_load_failure_policy = "recompute";
@@ -147,6 +151,10 @@ class Engine {
   void setup_tiers();
   KvPageCodec& codec();  // made on first use
   void wire_loader();
+  // The scheduler's on-computed hook: writes each completed page to the shared tier (prompt pages,
+  // generated ones with save_decode) and, with eager offload, to the local tier.
+  void install_on_computed();
+  bool save_decode_ = false;
   bool check_stop(Sequence* s, RequestOutput& out);
   // Emits token t for s (logprobs from `logits`, the raw target row); true when s finished.
   bool emit(Sequence* s, int32_t t, const float* logits, RequestOutput& out);

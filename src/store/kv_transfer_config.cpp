@@ -17,7 +17,7 @@ const char* const kKeys[] = {"kv_connector",      "engine_id",     "kv_buffer_de
                              "kv_port",           "kv_connector_extra_config",           "kv_connector_module_path",
                              "enable_permute_local_kv",            "kv_load_failure_policy"};
 const char* const kElsewhere[] = {"NixlConnector",        "MooncakeConnector", "MooncakeConnectorV1",
-                                  "MooncakeStoreConnector", "SimpleCPUOffloadConnector", "OffloadingConnector",
+                                  "MooncakeStoreConnector", "OffloadingConnector",
                                   "LMCacheConnectorV1",   "P2pNcclConnector",  "SharedStorageConnector",
                                   "ExampleConnector",     "DecodeBenchConnector"};
 
@@ -70,6 +70,38 @@ void connector(const json& c, const std::string& where, KvTransferConfig& out, b
       }
     }
     out.redis = o;
+    return;
+  }
+  if (name == "SimpleCPUOffloadConnector") {
+    if (out.cpu_offload) throw Error(where + ": SimpleCPUOffloadConnector given twice");
+    KvTransferConfig::CpuOffload o;
+    for (auto it = extra.begin(); it != extra.end(); ++it) {
+      const std::string& k = it.key();
+      const json& v = it.value();
+      if (k == "cpu_bytes_to_use" || k == "cpu_bytes_to_use_per_rank") {
+        // vLLM takes the total or the per-rank size (the other null); one process serves here, so
+        // either is the tier's size.
+        if (v.is_null()) continue;
+        if (!v.is_number_integer() || v.get<int64_t>() < 1)
+          throw Error(where + ": " + k + " must be a positive integer (bytes) or null");
+        if (o.bytes) throw Error(where + ": give cpu_bytes_to_use or cpu_bytes_to_use_per_rank, not both");
+        o.bytes = v.get<int64_t>();
+      } else if (k == "lazy_offload") {
+        if (!v.is_boolean()) throw Error(where + ": lazy_offload must be true or false");
+        o.lazy = v.get<bool>();
+      } else if (k == "cpu_hugepage_block_size") {
+        // How vLLM pins its host buffer (1 GiB HugeTLB pages); the tier here keeps pages as they come.
+        if (!v.is_string()) throw Error(where + ": cpu_hugepage_block_size must be a string such as \"1GB\"");
+        out.not_applicable.push_back("--kv-transfer-config SimpleCPUOffloadConnector cpu_hugepage_block_size");
+      } else {
+        throw Error(where + ": SimpleCPUOffloadConnector has no key \"" + k +
+                    "\" (known: cpu_bytes_to_use, cpu_bytes_to_use_per_rank, lazy_offload, "
+                    "cpu_hugepage_block_size)");
+      }
+    }
+    if (o.bytes == 0)
+      throw Error(where + ": SimpleCPUOffloadConnector needs cpu_bytes_to_use or cpu_bytes_to_use_per_rank");
+    out.cpu_offload = o;
     return;
   }
   for (const char* e : kElsewhere)

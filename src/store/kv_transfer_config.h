@@ -3,7 +3,8 @@
 // kv_connector_extra_config {"url": "redis://HOST:PORT", "save_decode_cache": bool, "timeout_ms": int,
 // "ttl_seconds": int}) is honoured; the recipe's GPU / other-engine connectors (NixlConnector,
 // MooncakeConnector, SimpleCPUOffloadConnector, OffloadingConnector, LMCacheConnectorV1, ...) are
-// reported as not applicable here (the local tier is --kv-offloading-size); MultiConnector's
+// reported as not applicable here, except SimpleCPUOffloadConnector, which configures the local
+// host-memory tier (as --kv-offloading-size does); MultiConnector's
 // "connectors" are classified one by one; any other connector name is refused.
 #pragma once
 #include <optional>
@@ -16,6 +17,14 @@ namespace m3::store {
 
 struct KvTransferConfig {
   std::optional<RedisTierOptions> redis;  // a RedisConnector was given
+  // A SimpleCPUOffloadConnector was given: the local host-memory tier (the engine's
+  // --kv-offloading-size) of cpu_bytes_to_use (or cpu_bytes_to_use_per_rank) bytes, offloading when evicted (lazy_offload
+  // true, the default) or as computed.
+  struct CpuOffload {
+    int64_t bytes = 0;
+    bool lazy = true;
+  };
+  std::optional<CpuOffload> cpu_offload;
   bool save_decode_cache = false;
   std::string load_failure_policy = "recompute";
   std::vector<std::string> not_applicable;  // connectors accepted without effect, for the start-up note

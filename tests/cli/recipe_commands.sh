@@ -92,6 +92,10 @@ while IFS= read -r line; do
   wait $PID 2>/dev/null || true
   if grep -q 'error' "$TMP/server.log"; then fail "command $i: $line"; fi
   grep -q 'MODEL MiniMaxAI/MiniMax-M3.1-Flash: .*(HF cache' "$TMP/server.log" || fail "command $i: the id was not found in the cache"
+  # SimpleCPUOffloadConnector is the host KV tier here (capped to this host's memory, said at start).
+  if grep -q 'SimpleCPUOffloadConnector' <<<"${args[*]}"; then
+    grep -q 'KV tier memory' "$TMP/server.log" || fail "command $i: SimpleCPUOffloadConnector gave no host KV tier"
+  fi
 done <"$TMP/commands.txt"
 [ "$i" = "$n" ] || fail "ran $i of $n commands"
 

@@ -100,6 +100,26 @@ TEST(KvTier, EvictedPrefixLoadsFromHostMemoryInsteadOfRecomputing) {
   EXPECT_EQ(st.free_pages, st.total_pages);
 }
 
+// Eager offload (SimpleCPUOffloadConnector's lazy_offload: false): the prefix pages are in the host
+// tier as soon as they are computed, before any eviction; the returning turn loads them after other
+// traffic evicted them from the pool, with the output of a run without any tier.
+TEST(KvTier, EagerOffloadWritesPagesAsComputed) {
+  const Workload w;
+  const Turn ref = turn2_without_tier(w);
+  m3::EngineConfig c = small_pool(0.01);
+  c.kv_offloading_lazy = false;
+  m3::Engine e(model(), nullptr, c);
+  run(e, "t1", w.turn1, 4);
+  EXPECT_GE(e.stats().tier.stored_pages, 8) << "the 8 prefix pages should be offloaded as computed";
+  const int64_t stored = e.stats().tier.stored_pages;
+  for (size_t i = 0; i < w.others.size(); ++i) run(e, "o" + std::to_string(i), w.others[i], 4);
+  const Turn r = run(e, "t2", w.turn2, 8);
+  EXPECT_GE(r.cached, 128 * 9 / 10);
+  EXPECT_EQ(r.tokens, ref.tokens);
+  // Evicting a page already in the tier writes nothing again.
+  EXPECT_LE(e.stats().tier.stored_pages, stored + int64_t(w.others.size() * 12 + 16));
+}
+
 TEST(KvTier, FolderTierSurvivesARestartAndRefusesCorruptedPages) {
   const Workload w;
   const Turn ref = turn2_without_tier(w);
