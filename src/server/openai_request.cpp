@@ -9,6 +9,8 @@
 #include "server/openai_response.h"
 #include "server/request_fields.h"
 #include "server/sampling_fields.h"
+#include "structured/matcher.h"
+#include "structured/tool_grammar.h"
 
 namespace m3::server {
 
@@ -98,7 +100,7 @@ void parse_sampling(const ojson& b, const ServerContext& ctx, ParsedRequest& r) 
 // applies after the reasoning end tag when the prompt opened reasoning.
 void attach_constraint(const ojson& b, const ServerContext& ctx, ParsedRequest& r, bool reasoning_start) {
   if (!r.structured) return;
-  if (!r.choice.forced_tool_text.empty())
+  if (!r.choice.forced_tool_text.empty() || r.params.constraint)
     throw bad_request("'" + r.structured->field + "' cannot be combined with tool_choice required or a named function",
                       structured_field(b));
   std::string after;
@@ -315,10 +317,28 @@ ParsedRequest parse_chat_request(const ojson& body, const ServerContext& ctx) {
   std::string prompt = render_messages(body, ctx, true);
   const bool separate_reasoning = opt_bool(body, "separate_reasoning").value_or(true);
   bool reasoning_start = ctx.reasoning && chat::ReasoningParser::prompt_starts_reasoning(*ctx.reasoning, prompt);
-  if (forced) {
-    // Force the generation prefix: the tool-call opener (and, for a named function, the whole invoke
-    // tag) goes right after the generation prompt. A prompt that opened a think block gets it closed
-    // first, as thinking_mode "disabled" renders it: a forced call skips reasoning.
+  if (forced && *ctx.tool == chat::ToolFormat::MiniMaxM3) {
+    // The whole tool-call block is generated under a grammar (src/structured/tool_grammar.h): invoke
+    // names from the listed tools (the named one only), parameters per each tool's schema, so the
+    // parsed tool_calls always validate. A prompt that opened a think block gets it closed first, as
+    // thinking_mode "disabled" renders it: a forced call skips reasoning. A parameter schema the
+    // grammar cannot hold is refused by name, never loosened to free text.
+    if (reasoning_start) prompt += "</mm:think>";
+    try {
+      const structured::Grammar g =
+          structured::tool_call_grammar(*tools, forced_name, forced_name.empty() && r.choice.parallel_tool_calls);
+      r.params.constraint = structured::make_constraint(g, structured::TokenVocab::shared(*ctx.tok, ctx.vocab), *ctx.tok,
+                                                        r.params.stop_token_ids, "", "tool_call");
+    } catch (const structured::StructuredError& e) {
+      throw bad_request(std::string("tool_choice ") + (forced_name.empty() ? "required" : "'" + forced_name + "'") +
+                            ": " + e.what(),
+                        "tools");
+    }
+    r.choice.allowed_tool_names = tool_names;
+    reasoning_start = false;
+  } else if (forced) {
+    // The minimax_m2 format has no grammar here: its tool-call opener (and, for a named function, the
+    // whole invoke tag) is forced right after the generation prompt.
     const ForcedToolPrefix fp = forced_tool_prefix(*ctx.tool, forced_name, reasoning_start);
     prompt += fp.prompt_suffix;
     r.choice.forced_tool_text = fp.parser_text;

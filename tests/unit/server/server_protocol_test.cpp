@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "structured/matcher.h"
 #include "server/errors.h"
 #include "server/openai_protocol.h"
 
@@ -221,7 +222,7 @@ TEST(ServerProtocol, RequiredToolChoiceValidatesTheName) {
   EXPECT_EQ(s.tool_calls()[0].name, "get_weather");
 }
 
-TEST(ServerProtocol, ToolChoiceForcesThePrompt) {
+TEST(ServerProtocol, ToolChoiceConstrainsTheWholeCall) {
   Tokenizer tok = Tokenizer::from_dir(std::string(M3_TEST_DATA) + "/tokenizer/m3-tiny");
   std::ifstream f(std::string(M3_TEST_DATA) + "/chat/MiniMax-M3.jinja");
   std::stringstream ss;
@@ -229,6 +230,7 @@ TEST(ServerProtocol, ToolChoiceForcesThePrompt) {
   ServerContext ctx;
   ctx.served_names = {"m"};
   ctx.tok = &tok;
+  ctx.vocab = tok.vocab_size();
   ctx.chat_template = std::make_shared<chat::ChatTemplate>(ss.str());
   ctx.bos_token = "]~b]";
   ctx.eos_token = "[e~[";
@@ -238,23 +240,60 @@ TEST(ServerProtocol, ToolChoiceForcesThePrompt) {
     "tools":[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object",
       "properties":{"location":{"type":"string"},"days":{"type":"integer"}}}}}],
     "tool_choice":{"type":"function","function":{"name":"get_weather"}}})");
-  const std::string opener = NS + "<tool_call>\n" + NS + "<invoke name=\"get_weather\">";
+  // Named: nothing is forced into the prompt; the whole call block is generated under its grammar.
   ParsedRequest r = parse_chat_request(body, ctx);
   const std::string& p = r.prompt_texts[0];
-  ASSERT_GE(p.size(), opener.size());
-  EXPECT_EQ(p.substr(p.size() - opener.size()), opener);
-  EXPECT_EQ(r.choice.forced_tool_text, opener);
+  EXPECT_EQ(p.find(NS + "<tool_call>", p.rfind("ai\n")), std::string::npos) << p;
+  EXPECT_TRUE(r.choice.forced_tool_text.empty());
+  ASSERT_TRUE(r.params.constraint);
   EXPECT_TRUE(r.choice.tool.has_value());
   EXPECT_FALSE(r.choice.reasoning_start);
-  // thinking enabled: the open think block is closed (empty) before the opener; reasoning is skipped.
+  {
+    // The grammar holds the named tool's block: its opener is allowed, another tool's invoke is not.
+    structured::Matcher m(r.params.constraint);
+    const std::string call = NS + "<tool_call>\n" + NS + "<invoke name=\"get_weather\">";
+    for (int32_t t : tok.encode(call, true)) {
+      ASSERT_TRUE(m.accepts(t)) << t;
+      m.advance(t);
+    }
+    structured::Matcher other(r.params.constraint);
+    bool ok = true;
+    for (int32_t t : tok.encode(NS + "<tool_call>\n" + NS + "<invoke name=\"get_time\">", true)) {
+      if (!other.accepts(t)) {
+        ok = false;
+        break;
+      }
+      other.advance(t);
+    }
+    EXPECT_FALSE(ok) << "an unlisted tool name got through the grammar";
+  }
+  // thinking enabled: the open think block is closed (empty); reasoning is skipped.
   body["chat_template_kwargs"] = {{"thinking_mode", "enabled"}};
   r = parse_chat_request(body, ctx);
-  EXPECT_NE(r.prompt_texts[0].find("ai\n<mm:think></mm:think>" + opener), std::string::npos);
+  const std::string& pt = r.prompt_texts[0];
+  EXPECT_EQ(pt.substr(pt.size() - std::string("<mm:think></mm:think>").size()), "<mm:think></mm:think>");
   EXPECT_FALSE(r.choice.reasoning_start);
   // required
   body["tool_choice"] = "required";
   r = parse_chat_request(body, ctx);
-  EXPECT_EQ(r.choice.forced_tool_text, NS + "<tool_call>\n" + NS + "<invoke name=\"");
+  EXPECT_TRUE(r.choice.forced_tool_text.empty());
+  EXPECT_TRUE(r.params.constraint);
+  // A parameter schema the grammar cannot hold is refused by name (never loosened to free text), and a
+  // response_format cannot be added on top.
+  auto message = [&](const ojson& b) {
+    try {
+      parse_chat_request(b, ctx);
+    } catch (const ApiError& e) {
+      return std::string(e.what()) + " [" + e.param + "]";
+    }
+    return std::string();
+  };
+  ojson bp = body;
+  bp["tools"][0]["function"]["parameters"]["properties"]["location"]["format"] = "uri";
+  EXPECT_NE(message(bp).find("[tools]"), std::string::npos) << message(bp);
+  ojson br = body;
+  br["response_format"] = {{"type", "json_object"}};
+  EXPECT_NE(message(br).find("cannot be combined with tool_choice"), std::string::npos) << message(br);
   // Errors: unknown name, no tools, no parser.
   auto status = [&](const ojson& b, const ServerContext& c) {
     try {
