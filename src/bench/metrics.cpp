@@ -12,27 +12,13 @@
 #include <fmt/format.h>
 
 #include "base/error.h"
+#include "base/text_list.h"
 
 namespace m3::bench {
 
 namespace {
 
 const char* const kMetricNames[] = {"ttft", "tpot", "itl", "e2el"};
-
-std::vector<std::string> split_list(const std::string& s, char sep) {
-  std::vector<std::string> out;
-  size_t at = 0;
-  while (at <= s.size()) {
-    size_t end = s.find(sep, at);
-    if (end == std::string::npos) end = s.size();
-    std::string item = s.substr(at, end - at);
-    const size_t a = item.find_first_not_of(" \t"), b = item.find_last_not_of(" \t");
-    item = a == std::string::npos ? "" : item.substr(a, b - a + 1);
-    if (!item.empty()) out.push_back(item);
-    at = end + 1;
-  }
-  return out;
-}
 
 double parse_number(const std::string& s, const std::string& what) {
   size_t used = 0;
@@ -73,12 +59,12 @@ GoodputSlo parse_goodput(const std::vector<std::string>& items) {
 ReportSelection parse_report_selection(const std::string& metrics, const std::string& percentiles) {
   ReportSelection sel;
   if (metrics.empty() && percentiles.empty()) return sel;
-  for (const std::string& m : split_list(metrics.empty() ? "ttft,tpot,itl" : metrics, ',')) {
+  for (const std::string& m : split_trimmed(metrics.empty() ? "ttft,tpot,itl" : metrics)) {
     if (std::find(std::begin(kMetricNames), std::end(kMetricNames), m) == std::end(kMetricNames))
       throw Error("--percentile-metrics: unknown metric '" + m + "' (expected ttft, tpot, itl, e2el)");
     if (std::find(sel.metrics.begin(), sel.metrics.end(), m) == sel.metrics.end()) sel.metrics.push_back(m);
   }
-  for (const std::string& p : split_list(percentiles.empty() ? "99" : percentiles, ',')) {
+  for (const std::string& p : split_trimmed(percentiles.empty() ? "99" : percentiles)) {
     const double v = parse_number(p, "--metric-percentiles");
     if (!(v > 0 && v <= 100)) throw Error("--metric-percentiles: " + p + " is outside (0, 100]");
     sel.percentiles.push_back(v);

@@ -21,6 +21,7 @@
 #include <fmt/format.h>
 
 #include "bench/machine_probes.h"
+#include "bench/metrics.h"
 #include "engine/kv_format.h"
 #include "engine/kv_pool.h"
 #include "base/error.h"
@@ -43,13 +44,6 @@ constexpr const char* kDenseMlp = "dense MLP";
 constexpr const char* kRoutedExperts = "routed experts";
 constexpr const char* kSharedExpert = "shared expert";
 constexpr const char* kLmHead = "lm_head";
-
-// The median of v (the mean of the two middle values for an even count); v non-empty.
-double median_of(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 struct Row {
   std::string cls, how;
@@ -506,7 +500,7 @@ void print_steady_decode(const Bench& b, const StepTimes& st, const std::vector<
   std::string runs;
   for (double p : st.paired) runs += fmt::format("{}{:.0f}%", runs.empty() ? "" : " ", 100 * p);
   std::printf("  paired with a read probe just before each run: weights at %s of it (median %.0f%%)\n", runs.c_str(),
-              100 * median_of(st.paired));
+              100 * percentile(st.paired, 50));
   std::vector<double> inter = st.inter, inter_ms = st.inter_ms;
   std::sort(inter.begin(), inter.end());
   std::sort(inter_ms.begin(), inter_ms.end());
@@ -521,7 +515,7 @@ void print_steady_decode(const Bench& b, const StepTimes& st, const std::vector<
     std::printf("  against context %lld, run right after each (best %.3f ms): rate at %lld over rate at %lld, per pair "
                 "%s (median %.2f)\n",
                 (long long)o.compare_context, st.steady_cmp * 1e3, (long long)o.context, (long long)o.compare_context,
-                rs.c_str(), median_of(st.ratios));
+                rs.c_str(), percentile(st.ratios, 50));
   }
   // At long context the K/V and index-key rows add to the weights (the bytes that bound decode there).
   std::printf("  everything a step reads (weights, K/V and index-key rows, activations; as the table counts): %.1f MB, "

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/error.h"
+#include "base/text_list.h"
 
 namespace m3::server {
 
@@ -16,11 +17,6 @@ std::string lower(std::string_view s) {
   std::string out(s);
   std::transform(out.begin(), out.end(), out.begin(), [](unsigned char c) { return char(std::tolower(c)); });
   return out;
-}
-
-std::string trim(std::string_view s) {
-  const size_t a = s.find_first_not_of(" \t"), b = s.find_last_not_of(" \t");
-  return a == std::string_view::npos ? std::string() : std::string(s.substr(a, b - a + 1));
 }
 
 bool all(const std::vector<std::string>& v) { return std::find(v.begin(), v.end(), "*") != v.end(); }
@@ -61,7 +57,7 @@ std::string join(const std::vector<std::string>& v) {
 std::vector<std::string> parse_cors_list(const std::vector<std::string>& values, const char* flag) {
   std::vector<std::string> out;
   for (const std::string& v : values) {
-    const std::string t = trim(v);
+    const std::string t = trim_blanks(v);
     if (!t.empty() && t.front() == '[') {
       nlohmann::json j;
       try {
@@ -75,13 +71,7 @@ std::vector<std::string> parse_cors_list(const std::vector<std::string>& values,
       }
       continue;
     }
-    size_t at = 0;
-    while (at <= t.size()) {
-      size_t end = t.find(',', at);
-      if (end == std::string::npos) end = t.size();
-      if (std::string item = trim(std::string_view(t).substr(at, end - at)); !item.empty()) out.push_back(item);
-      at = end + 1;
-    }
+    for (std::string& item : split_trimmed(t)) out.push_back(std::move(item));
   }
   if (out.empty()) throw Error(std::string(flag) + ": no value given");
   return out;
@@ -118,22 +108,16 @@ PreflightAnswer cors_preflight(const CorsOptions& o, std::string_view origin, st
   if (std::find(ms.begin(), ms.end(), method) == ms.end()) failures.push_back("method");
   a.headers.emplace_back("Access-Control-Max-Age", "600");
   if (all(o.allowed_headers)) {
-    if (!trim(request_headers).empty()) a.headers.emplace_back("Access-Control-Allow-Headers", trim(request_headers));
+    if (std::string asked = trim_blanks(request_headers); !asked.empty())
+      a.headers.emplace_back("Access-Control-Allow-Headers", std::move(asked));
   } else {
     const std::vector<std::string> hs = headers(o);
     a.headers.emplace_back("Access-Control-Allow-Headers", join(hs));
-    size_t at = 0;
-    const std::string req = lower(request_headers);
-    while (at < req.size()) {
-      size_t end = req.find(',', at);
-      if (end == std::string::npos) end = req.size();
-      const std::string name = trim(std::string_view(req).substr(at, end - at));
-      at = end + 1;
-      if (!name.empty() && std::find(hs.begin(), hs.end(), name) == hs.end()) {
+    for (const std::string& name : split_trimmed(lower(request_headers)))
+      if (std::find(hs.begin(), hs.end(), name) == hs.end()) {
         failures.push_back("headers");
         break;
       }
-    }
   }
   if (o.allow_credentials) a.headers.emplace_back("Access-Control-Allow-Credentials", "true");
   if (failures.empty()) {

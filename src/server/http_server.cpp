@@ -246,6 +246,11 @@ void merge_into(RequestOutput& held, RequestOutput&& o) {
   held.num_cached_tokens = o.num_cached_tokens;
 }
 
+// An engine failure mid-stream, in the call's API: the error event, then the stream's end.
+std::string stream_error_events(const Call& c, const std::string& msg) {
+  return c.api ? c.api->stream_error(500, msg) : sse_event(dump(error_body(500, msg))) + sse_done();
+}
+
 // The next piece of an SSE stream (empty when there is nothing to send yet); sets c.closed once it
 // holds the final [DONE].
 std::string stream_step(Call& c, const ServerContext& ctx, int interval) {
@@ -273,7 +278,7 @@ std::string stream_step(Call& c, const ServerContext& ctx, int interval) {
   }
   std::vector<RequestOutput> outs;
   if (!c.stream->wait(outs, std::chrono::milliseconds(100))) {
-    out += c.api ? c.api->stream_error(500, c.stream->error()) : sse_event(dump(error_body(500, c.stream->error()))) + sse_done();
+    out += stream_error_events(c, c.stream->error());
     c.closed = true;
     c.remaining = 0;
     return out;
@@ -283,7 +288,7 @@ std::string stream_step(Call& c, const ServerContext& ctx, int interval) {
     if (it == c.index.end()) continue;
     if (o.finish_reason == FinishReason::Error) {
       // As an engine failure mid-stream: the error event, then [DONE]; the caller aborts the rest.
-      out += c.api ? c.api->stream_error(500, o.error) : sse_event(dump(error_body(500, o.error))) + sse_done();
+      out += stream_error_events(c, o.error);
       c.closed = true;
       return out;
     }
