@@ -127,9 +127,8 @@ std::vector<ScheduledChunk> Scheduler::schedule() {
     if (need <= 0) continue;
     const int64_t n = cap(need);
     int64_t spec = 0;
-    // Constrained sequences are not speculated yet: drafts would have to follow the matcher (see
-    // src/structured/README.md for where fork()/accepts() plug into draft_step and verify).
-    if (cfg_.num_speculative_tokens > 0 && need == 1 && n == 1 && !s->constraint) {
+    // Constrained sequences are speculated too: the Speculator masks drafts and targets alike.
+    if (cfg_.num_speculative_tokens > 0 && need == 1 && n == 1) {
       // Drafts to verify after the anchor: never more than the request may still emit.
       spec = std::min<int64_t>(cfg_.num_speculative_tokens, budget - 1);
       spec = std::min<int64_t>(spec, int64_t(s->params.max_tokens) - int64_t(s->output.size()) - 1);

@@ -3,11 +3,13 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <optional>
 #include <sstream>
 
 #include "engine/engine.h"
 #include "engine/kv_page_codec.h"
 #include "base/error.h"
+#include "structured/matcher.h"
 
 namespace m3 {
 
@@ -101,11 +103,16 @@ void Speculator::propose(const std::vector<ScheduledChunk>& plan) {
     prefix_ = s->output;
     int32_t prev = c.seq->token(c.start);
     const bool greedy = greedy_ || s->params.temperature <= 0.0f;
+    // Structured output: the drafts walk a fork of the request's matcher and each q_j is masked by
+    // the constraint at its position, so the draft only proposes allowed tokens and q_j has the
+    // same support as the masked target distribution verify() compares it with.
+    std::optional<structured::Matcher> fork;
+    if (s->constraint) fork.emplace(s->constraint->fork());
     for (int64_t j = 0; j < c.spec; ++j, ++qrow) {
       float* z = &z_[(qi * size_t(kmax) + size_t(j)) * size_t(V)];
       draft_->add_markov(prev, z);  // the Markov bias enters before the sampling transforms
       float* q = &q_[size_t(qrow * V)];
-      s->sampler.distribution(z, V, s->prompt, prefix_, q);
+      s->sampler.distribution(z, V, s->prompt, prefix_, q, fork ? fork->mask() : nullptr);
       int32_t t;
       if (greedy) {
         // Argmax after the request's penalties; q becomes one-hot (already so at temperature 0).
@@ -118,6 +125,7 @@ void Speculator::propose(const std::vector<ScheduledChunk>& plan) {
       d.push_back(t);
       prefix_.push_back(t);
       prev = t;
+      if (fork) fork->advance(t);
     }
     ++qi;
   }
@@ -130,14 +138,27 @@ void Speculator::verify(const ScheduledChunk& c, size_t ci, const float* logits)
   const int gamma = int(c.spec);
   if (p_.size() < size_t((gamma + 1) * V)) p_.resize(size_t((gamma + 1) * V));
   prefix_ = s->output;
-  for (int i = 0; i <= gamma; ++i) {
-    s->sampler.distribution(logits + int64_t(i) * V, V, s->prompt, prefix_, &p_[size_t(i * V)]);
-    if (i < gamma) prefix_.push_back(d[size_t(i)]);
+  // Structured output: every target distribution P_i is the masked one (the constraint's state
+  // after anchor, d_1..d_i, walked on a fork: the request's matcher advances in emit() over the
+  // tokens kept only), exactly what the non-speculative step samples from. The draft's q_i were
+  // masked the same way, so the rejection rules compare two distributions over the allowed tokens
+  // and stay exact, and the token after a rejection (drawn from the masked P or the residual
+  // max(0, P - q)) is allowed too. A draft the constraint refuses (none is proposed; kept as a
+  // guard) ends the verified drafts before it: a shorter speculation, still exact.
+  std::optional<structured::Matcher> fork;
+  if (s->constraint) fork.emplace(s->constraint->fork());
+  int verified = gamma;
+  for (int i = 0; i <= verified; ++i) {
+    s->sampler.distribution(logits + int64_t(i) * V, V, s->prompt, prefix_, &p_[size_t(i * V)],
+                            fork ? fork->mask() : nullptr);
+    if (i == verified) break;
+    if (fork && !fork->advance(d[size_t(i)])) verified = i;
+    else prefix_.push_back(d[size_t(i)]);
   }
   if (outcomes_.size() <= ci) outcomes_.resize(ci + 1);
   VerifyOutcome& out = outcomes_[ci];
   // The draft rows of this chunk in q_ follow the rows of the chunks before it.
-  VerifyInput in{gamma, V, d.data(), p_.data(), &q_[size_t(qrow_[ci] * V)]};
+  VerifyInput in{verified, V, d.data(), p_.data(), &q_[size_t(qrow_[ci] * V)]};
   if (rejection_ == RejectionMethod::Synthetic) out = verify_synthetic(in, synthetic_rates_, s->sampler);
   else if (s->params.temperature <= 0.0f) out = verify_greedy(in);
   else if (rejection_ == RejectionMethod::Block) out = verify_block(in, s->sampler);

@@ -18,7 +18,6 @@ namespace {
 using namespace m3::structured;
 
 const std::string kDemo = std::string(M3_TEST_DATA) + "/../../models/demo";
-const std::string kAjv = std::string(M3_TEST_DATA) + "/../tools/ajv";
 
 struct Demo {
   m3::Model model{kDemo};
@@ -36,19 +35,6 @@ std::shared_ptr<const ConstraintSpec> spec_of(Grammar g) {
   s->vocab = demo().vocab;
   s->description = "test";
   return s;
-}
-
-// Runs the validator on cases.json; returns its output, sets ok.
-std::string validate(const std::string& cases_path, bool& ok) {
-  std::string cmd;
-  if (std::system("node --version >/dev/null 2>&1") == 0 && std::filesystem::exists(kAjv + "/node_modules/ajv"))
-    cmd = "node " + kAjv + "/validate.js " + cases_path;
-  else
-    cmd = "python3 " + kAjv + "/validate.py " + cases_path;
-  cmd += " > " + cases_path + ".out 2>&1";
-  ok = std::system(cmd.c_str()) == 0;
-  std::ifstream f(cases_path + ".out");
-  return std::string(std::istreambuf_iterator<char>(f), {});
 }
 
 }  // namespace
@@ -108,7 +94,7 @@ TEST(StructuredGenerate, SampledOutputsValidate) {
   const std::string path = m3test::test_tmp_dir() + "/structured_cases.json";
   std::ofstream(path) << cases.dump(1);
   bool ok = false;
-  const std::string report = validate(path, ok);
+  const std::string report = m3test::validate_cases(path, ok);
   EXPECT_TRUE(ok) << report;
   std::cout << report;
 }

@@ -2,6 +2,10 @@
 #pragma once
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <memory>
 #include <string>
 
@@ -51,6 +55,22 @@ inline GrammarProbe schema_probe(const std::string& schema_json, int ws = 16) {
   m3::structured::JsonOptions o;
   o.max_whitespace = ws;
   return GrammarProbe(m3::structured::json_schema_grammar(nlohmann::ordered_json::parse(schema_json), o));
+}
+
+// Runs the independent validator (ajv + ajv-formats from tests/tools/ajv, installed by `make test`;
+// python3-jsonschema when node or the install is missing) on a cases file
+// ([{"schema": .., "outputs": [text, ..]}, ..]); returns its report, sets ok.
+inline std::string validate_cases(const std::string& cases_path, bool& ok) {
+  const std::string ajv = std::string(M3_TEST_DATA) + "/../tools/ajv";
+  std::string cmd;
+  if (std::system("node --version >/dev/null 2>&1") == 0 && std::filesystem::exists(ajv + "/node_modules/ajv"))
+    cmd = "node " + ajv + "/validate.js " + cases_path;
+  else
+    cmd = "python3 " + ajv + "/validate.py " + cases_path;
+  cmd += " > " + cases_path + ".out 2>&1";
+  ok = std::system(cmd.c_str()) == 0;
+  std::ifstream f(cases_path + ".out");
+  return std::string(std::istreambuf_iterator<char>(f), {});
 }
 
 }  // namespace m3test
