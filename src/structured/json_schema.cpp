@@ -274,6 +274,144 @@ class Converter {
 
   ExprPtr literal(const ojson& v) { return e_lit(v.dump()); }
 
+  // ---- oneOf: generated as the union of its branches, which is exact only when no value can
+  // validate against two branches (then every output matches exactly one). That is proved pairwise
+  // from what a branch can generate against what the other's validator accepts; what cannot be
+  // proved is refused, never loosened to anyOf.
+  // JSON value kinds as bits; numbers split into integral values (1, 1.0) and the others.
+  static constexpr unsigned kNull = 1, kBool = 2, kStr = 4, kInt = 8, kFrac = 16, kObj = 32, kArr = 64, kAll = 127;
+  static unsigned kind_of(const ojson& v) {
+    if (v.is_null()) return kNull;
+    if (v.is_boolean()) return kBool;
+    if (v.is_string()) return kStr;
+    if (v.is_number_integer() || v.is_number_unsigned()) return kInt;
+    if (v.is_number()) return std::floor(v.get<double>()) == v.get<double>() ? kInt : kFrac;
+    return v.is_object() ? kObj : kArr;
+  }
+  // The schema behind local $refs and one-entry allOf (itself when a reference does not resolve:
+  // conv() reports that).
+  const ojson& resolved(const ojson& s) const {
+    const ojson* cur = &s;
+    for (int hops = 0; hops < 64 && cur->is_object(); ++hops) {
+      if (cur->contains("$ref") && (*cur)["$ref"].is_string()) {
+        const std::string t = (*cur)["$ref"].get<std::string>();
+        if (t.empty() || t[0] != '#') return *cur;
+        try {
+          cur = &root_.at(ojson::json_pointer(t.substr(1)));
+        } catch (const std::exception&) {
+          return *cur;
+        }
+      } else if (cur->contains("allOf") && (*cur)["allOf"].is_array() && (*cur)["allOf"].size() == 1) {
+        cur = &(*cur)["allOf"][0];
+      } else {
+        break;
+      }
+    }
+    return *cur;
+  }
+  // The kinds of value the schema lets through: `generated` = what conv() writes for it (no 'type'
+  // is inferred from the keywords there), else what a validator accepts (no 'type' = any kind).
+  unsigned kinds(const ojson& s0, bool generated, int depth) const {
+    const ojson& s = resolved(s0);
+    if (s.is_boolean()) return s.get<bool>() ? kAll : 0;
+    if (!s.is_object() || depth > 32 || s.contains("$ref")) return kAll;
+    for (const char* kw : {"anyOf", "oneOf"})
+      if (s.contains(kw) && s[kw].is_array()) {
+        unsigned k = 0;
+        for (auto& b : s[kw]) k |= kinds(b, generated, depth + 1);
+        return k;
+      }
+    if (s.contains("const")) return kind_of(s["const"]);
+    if (s.contains("enum") && s["enum"].is_array()) {
+      unsigned k = 0;
+      for (auto& v : s["enum"]) k |= kind_of(v);
+      return k;
+    }
+    if (s.contains("type")) {
+      std::vector<std::string> names;
+      if (s["type"].is_string()) names.push_back(s["type"].get<std::string>());
+      else if (s["type"].is_array())
+        for (auto& t : s["type"])
+          if (t.is_string()) names.push_back(t.get<std::string>());
+      unsigned k = 0;
+      for (auto& t : names)
+        k |= t == "null" ? kNull : t == "boolean" ? kBool : t == "string" ? kStr : t == "integer" ? kInt
+           : t == "number" ? kInt | kFrac : t == "object" ? kObj : t == "array" ? kArr : kAll;
+      return k;
+    }
+    if (!generated) return kAll;
+    unsigned k = 0;
+    for (const char* key : {"properties", "required", "additionalProperties"})
+      if (s.contains(key)) k |= kObj;
+    for (const char* key : {"items", "prefixItems", "minItems", "maxItems"})
+      if (s.contains(key)) k |= kArr;
+    for (const char* key : {"minLength", "maxLength", "pattern", "format"})
+      if (s.contains(key)) k |= kStr;
+    for (const char* key : {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"})
+      if (s.contains(key)) k |= kInt | kFrac;
+    return k ? k : kAll;
+  }
+  // The values a schema allows when it lists them (const / enum), else null.
+  static const ojson* listed(const ojson& s) {
+    if (!s.is_object()) return nullptr;
+    if (s.contains("const")) return &s["const"];
+    if (s.contains("enum") && s["enum"].is_array()) return &s["enum"];
+    return nullptr;
+  }
+  static std::vector<ojson> values_of(const ojson& s) {
+    const ojson* l = listed(s);
+    if (!l) return {};
+    if (s.contains("const")) return {*l};
+    return std::vector<ojson>(l->begin(), l->end());
+  }
+  // A validator of `s` rejects the value v (proved from its kinds or its const / enum).
+  bool rejects(const ojson& s0, const ojson& v) const {
+    const ojson& s = resolved(s0);
+    if ((kind_of(v) & kinds(s, false, 0)) == 0) return true;
+    if (listed(s)) {
+      for (auto& w : values_of(s))
+        if (w == v) return false;
+      return true;
+    }
+    return false;
+  }
+  // Every value generated from branch a is rejected by branch b's validator.
+  bool excludes(const ojson& a0, const ojson& b0, int depth = 0) const {
+    const ojson& a = resolved(a0);
+    const ojson& b = resolved(b0);
+    if ((kinds(a, true, 0) & kinds(b, false, 0)) == 0) return true;
+    if (listed(a)) {
+      for (auto& v : values_of(a))
+        if (!rejects(b, v)) return false;
+      return true;
+    }
+    // A discriminator: a writes only objects and always writes property P (required, listed in
+    // properties) with values that b's schema for P rejects (distinct const/enum values, other
+    // JSON types, or the same reasoning one level down).
+    if (depth > 8 || kinds(a, true, 0) != kObj || !a.is_object() || !b.is_object() || !a.contains("required") ||
+        !a["required"].is_array() || !a.contains("properties") || !a["properties"].is_object() ||
+        !b.contains("properties") || !b["properties"].is_object())
+      return false;
+    for (auto& r : a["required"]) {
+      if (!r.is_string()) continue;
+      const std::string name = r.get<std::string>();
+      if (a["properties"].contains(name) && b["properties"].contains(name) &&
+          excludes(a["properties"][name], b["properties"][name], depth + 1))
+        return true;
+    }
+    return false;
+  }
+  void check_exclusive(const ojson& branches, const std::string& ptr) const {
+    for (size_t i = 0; i < branches.size(); ++i)
+      for (size_t j = i + 1; j < branches.size(); ++j)
+        if (!excludes(branches[i], branches[j]) || !excludes(branches[j], branches[i]))
+          refuse("'oneOf' whose branches " + std::to_string(i) + " and " + std::to_string(j) +
+                     " may both match one value (oneOf is generated exactly only when its branches exclude each "
+                     "other: different JSON types, distinct const/enum values, or a property every branch has "
+                     "with distinct const/enum values, a discriminator; use anyOf if a value may match several)",
+                 ptr);
+  }
+
   ExprPtr conv(const ojson& s, const std::string& ptr, int depth) {
     clock_.check();
     if (depth > lim_.max_schema_depth)
@@ -307,6 +445,7 @@ class Converter {
         if (a.size() != 1) refuse("'allOf' with more than one entry", ptr + "/allOf");
         return conv(a[0], ptr + "/allOf/0", depth + 1);
       }
+      if (std::string(kw) == "oneOf") check_exclusive(a, ptr + "/oneOf");
       std::vector<ExprPtr> alts;
       for (size_t i = 0; i < a.size(); ++i) alts.push_back(sub(a[i], ptr + "/" + kw + "/" + std::to_string(i), depth + 1));
       return e_alt(std::move(alts));

@@ -2,8 +2,10 @@
 //
 // Supported: type (object, array, string, number, integer, boolean, null, and type lists),
 // properties, required, additionalProperties (false, true, a schema), enum, const, anyOf, oneOf
-// (generated like anyOf: an output is valid for at least one branch; overlapping branches are not
-// made exclusive), allOf with one entry, items, prefixItems, minItems, maxItems, minLength,
+// (when its branches provably exclude each other, so the union of the branches is exact: different
+// JSON types, distinct const/enum values, or a discriminator, i.e. a property one branch always
+// writes with const/enum values the other's schema for it rejects; any other oneOf is refused by
+// name, since generating it like anyOf could produce a value matching two branches), allOf with one entry, items, prefixItems, minItems, maxItems, minLength,
 // maxLength, pattern (regex.h subset, ECMAScript search semantics), format (date, time, date-time,
 // uuid, ipv4, email; see below), minimum/maximum/exclusiveMinimum/exclusiveMaximum on integers
 // (exact), minimum/maximum on numbers when both are whole numbers (exact, no exponent then),

@@ -153,6 +153,15 @@ expect 200 '"text":"[a-c][a-c][a-c]-[0-9][0-9]"' "guided_regex"
 req POST /v1/chat/completions '{"messages":[{"role":"user","content":"Hi"}],"response_format":{"type":"json_schema","json_schema":{"schema":{"type":"string","format":"hostname"}}}}'
 expect_error 400 BadRequestError '"response_format"' "response_format with an unsupported format"
 echo "$BODY" | grep -q "hostname" || fail "the refusal does not name the format: $BODY"
+# oneOf whose branches may overlap (an integer is a number) is refused, not loosened to anyOf.
+req POST /v1/chat/completions '{"messages":[{"role":"user","content":"Hi"}],"response_format":{"type":"json_schema","json_schema":{"schema":{"oneOf":[{"type":"number"},{"type":"integer"}]}}}}'
+expect_error 400 BadRequestError '"response_format"' "response_format with an overlapping oneOf"
+echo "$BODY" | grep -q "oneOf' whose branches 0 and 1 may both match" || fail "the refusal does not explain the oneOf: $BODY"
+# An exclusive oneOf (different JSON types) is served.
+req POST /v1/chat/completions '{"messages":[{"role":"user","content":"Hi"}],"max_tokens":40,"seed":2,"response_format":{"type":"json_schema","json_schema":{"schema":{"oneOf":[{"type":"boolean"},{"enum":["a","b"]}]}}}}'
+expect 200 '"finish_reason":"stop"' "response_format with an exclusive oneOf"
+echo "$BODY" | python3 -c 'import json,sys; c=json.loads(json.load(sys.stdin)["choices"][0]["message"]["content"]); assert c in (True,False,"a","b"), c' ||
+  fail "exclusive oneOf: content is not one of the branches: $BODY"
 TOOLS='[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object","properties":{"location":{"type":"string"}}}}}]'
 # tool_choice required / named: the opener is forced into the prompt (a random tiny model may not
 # finish the call, so only the shape is checked here; the parsing is unit-tested on canned output).

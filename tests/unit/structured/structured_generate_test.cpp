@@ -52,6 +52,11 @@ TEST(StructuredGenerate, SampledOutputsValidate) {
       R"({"$defs":{"t":{"type":"object","properties":{"v":{"type":"integer","minimum":0,"maximum":9},
           "kids":{"type":"array","items":{"$ref":"#/$defs/t"},"maxItems":2}},"required":["v"],"additionalProperties":false}},
           "$ref":"#/$defs/t"})",
+      // oneOf with exclusive branches (a discriminator, and another JSON type): ajv checks that exactly one matches.
+      R"({"$defs":{"cat":{"type":"object","properties":{"kind":{"const":"cat"},"lives":{"type":"integer","minimum":1,"maximum":9}},
+          "required":["kind","lives"],"additionalProperties":false},"dog":{"type":"object","properties":{"kind":{"enum":["dog","wolf"]},
+          "bark":{"type":"boolean"}},"required":["kind"],"additionalProperties":false}},
+          "oneOf":[{"$ref":"#/$defs/cat"},{"$ref":"#/$defs/dog"},{"type":"string","maxLength":6}]})",
       R"({"type":"object","properties":{"ip":{"type":"string","format":"ipv4"},"day":{"type":"string","format":"date"},
           "email":{"type":"string","format":"email"},"tags":{"type":"array","prefixItems":[{"const":"x"},{"type":"integer"}],
           "items":false}},"required":["ip","day","email","tags"]})",
@@ -157,4 +162,37 @@ TEST(StructuredGenerate, ToolCallBlockParses) {
   ASSERT_TRUE(args["days"].is_number_integer()) << args.dump();
   EXPECT_GE(args["days"].get<int>(), 1);
   EXPECT_LE(args["days"].get<int>(), 7);
+}
+
+// The oneOf schemas the grammar refuses really do overlap: ajv finds a value matching two branches
+// (valid under anyOf, invalid under oneOf), so generating them like anyOf would have been wrong.
+TEST(StructuredGenerate, RefusedOneOfOverlapsUnderAjv) {
+  struct Witness {
+    const char* branches;
+    const char* value;
+  };
+  const std::vector<Witness> w = {
+      {R"([{"type":"number"},{"type":"integer"}])", "3"},
+      {R"([{"type":"string"},{"type":"string","maxLength":3}])", R"("ab")"},
+      {R"([{"type":"object","properties":{"a":{"type":"integer"}}},{"type":"object","properties":{"b":{"type":"integer"}}}])",
+       R"({"a":1,"b":2})"},
+      {R"([{"properties":{"k":{"const":"x"}},"required":["k"]},{"type":"string"}])", R"("s")"},
+      {R"([{"type":"object","properties":{"t":{"const":1}}},{"type":"object","properties":{"t":{"const":2}}}])", "{}"},
+  };
+  nlohmann::json any = nlohmann::json::array(), one = nlohmann::json::array();
+  for (const auto& x : w) {
+    const auto br = nlohmann::ordered_json::parse(x.branches);
+    EXPECT_THROW(json_schema_grammar(nlohmann::ordered_json{{"oneOf", br}}), StructuredError) << x.branches;
+    any.push_back({{"schema", {{"anyOf", nlohmann::json::parse(x.branches)}}}, {"outputs", {x.value}}});
+    one.push_back({{"schema", {{"oneOf", nlohmann::json::parse(x.branches)}}}, {"outputs", {x.value}}});
+  }
+  const std::string dir = m3test::test_tmp_dir();
+  std::ofstream(dir + "/oneof_any.json") << any.dump(1);
+  std::ofstream(dir + "/oneof_one.json") << one.dump(1);
+  bool ok = false;
+  const std::string r_any = m3test::validate_cases(dir + "/oneof_any.json", ok);
+  EXPECT_TRUE(ok) << r_any;
+  const std::string r_one = m3test::validate_cases(dir + "/oneof_one.json", ok);
+  EXPECT_FALSE(ok) << r_one;
+  EXPECT_NE(r_one.find(std::to_string(w.size()) + " failed"), std::string::npos) << r_one;
 }

@@ -81,6 +81,43 @@ TEST(StructuredSchema, EnumConstAnyOfOneOfAllOf) {
   check({R"({"allOf":[{"type":"integer","minimum":3}]})", {"3", "40"}, {"2", "-3"}});
 }
 
+// oneOf is generated only when its branches provably exclude each other (then the union is exact);
+// the rest is refused naming the two branches that may overlap.
+const char* const kPetsOneOf = R"({"$defs":{"cat":{"type":"object","properties":{"kind":{"const":"cat"},"lives":{"type":"integer"}},
+    "required":["kind","lives"],"additionalProperties":false},
+  "dog":{"type":"object","properties":{"kind":{"enum":["dog","wolf"]},"bark":{"type":"boolean"}},"required":["kind"],
+    "additionalProperties":false}},
+  "oneOf":[{"$ref":"#/$defs/cat"},{"$ref":"#/$defs/dog"},{"type":"null"}]})";
+
+TEST(StructuredSchema, OneOfExactWhenBranchesExclude) {
+  check({R"({"oneOf":[{"type":"integer"},{"type":"string","maxLength":2}]})", {"12", R"("ab")"}, {R"("abc")", "true"}});
+  check({R"({"oneOf":[{"const":"a"},{"enum":["b","c",1]}]})", {R"("a")", R"("c")", "1"}, {R"("d")"}});
+  check({R"({"oneOf":[{"type":"integer","minimum":0},{"enum":[-1.5,"x"]}]})", {"3", "-1.5", R"("x")"}, {"-2"}});
+  check({kPetsOneOf, {R"({"kind":"cat","lives":9})", R"({"kind":"wolf"})", R"({"kind":"dog","bark":true})", "null"},
+         {R"({"kind":"cat"})", R"({"kind":"dog","lives":1})", R"({"kind":"cow"})"}});
+  // A discriminator without 'type' on the other side: its schema for the property still rejects.
+  check({R"({"oneOf":[{"type":"object","properties":{"t":{"const":1}},"required":["t"]},
+                      {"type":"object","properties":{"t":{"type":"string"}},"required":["t"]}]})",
+         {R"({"t":1})", R"({"t":"one"})"}, {R"({"t":2})"}});
+}
+
+TEST(StructuredSchema, OneOfRefusedWhenBranchesMayOverlap) {
+  // integer values are numbers too
+  refused(R"({"oneOf":[{"type":"number"},{"type":"integer"}]})", "'oneOf' whose branches 0 and 1", "#/oneOf");
+  refused(R"({"oneOf":[{"type":"string"},{"type":"string","maxLength":3}]})", "may both match", "#/oneOf");
+  // objects without a discriminator: {"a":1,"b":2} matches both
+  refused(R"({"type":"object","properties":{"x":{"oneOf":[{"type":"object","properties":{"a":{"type":"integer"}}},
+                                                          {"type":"object","properties":{"b":{"type":"integer"}}}]}}})",
+          "oneOf", "/properties/x/oneOf");
+  // no 'type' on the first branch: a validator lets any string through it
+  refused(R"({"oneOf":[{"properties":{"k":{"const":"x"}},"required":["k"]},{"type":"string"}]})", "branches 0 and 1", "#/oneOf");
+  refused(R"({"oneOf":[{"const":1},{"enum":[2,1.0]}]})", "branches 0 and 1", "#/oneOf");
+  refused(R"({"oneOf":[{"type":"null"},{"type":"boolean"},{"enum":[true,"x"]}]})", "branches 1 and 2", "#/oneOf");
+  // the discriminator must be a property the first branch always writes
+  refused(R"({"oneOf":[{"type":"object","properties":{"t":{"const":1}}},{"type":"object","properties":{"t":{"const":2}}}]})",
+          "branches 0 and 1", "#/oneOf");
+}
+
 TEST(StructuredSchema, ArraysItemsPrefixItemsCounts) {
   check({R"({"type":"array","items":{"type":"integer"},"minItems":2,"maxItems":3})", {"[1,2]", "[1, 2, 3]"},
          {"[]", "[1]", "[1,2,3,4]", "[1,\"a\"]"}});
