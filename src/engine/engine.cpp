@@ -379,7 +379,11 @@ bool Engine::check_stop(Sequence* s, RequestOutput& out) {
 }
 
 bool Engine::emit(Sequence* s, int32_t t, const float* logits, RequestOutput& out) {
-  if (s->constraint) s->constraint->advance(t);
+  std::string over;  // the constraint's per-request state bound, checked once the token is taken
+  if (s->constraint) {
+    s->constraint->advance(t);
+    over = s->constraint->check_limits();
+  }
   s->output.push_back(t);
   ++stats_.generated_tokens;
   out.new_tokens.push_back(t);
@@ -388,6 +392,12 @@ bool Engine::emit(Sequence* s, int32_t t, const float* logits, RequestOutput& ou
     s->sampler.fill_logprob(logits, model_.config().vocab, t, &lp);
     s->logprobs.push_back(lp);
     out.new_logprobs.push_back(lp);
+  }
+  if (!over.empty()) {
+    if (s->text) out.new_text += s->text->push_token(t);
+    out.error = over;
+    finish(s, FinishReason::Error, out);
+    return true;
   }
   return check_stop(s, out);
 }

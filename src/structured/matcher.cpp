@@ -113,10 +113,12 @@ struct Matcher::Runtime {
   std::vector<uint32_t> mark;
   uint32_t stamp = 0;
   int32_t initial = -1;
-  int64_t cached_masks = 0;
+  std::shared_ptr<std::vector<uint64_t>> uncached;
   std::vector<uint64_t> ends;  // end tokens as a bitset
   Stats stats;
   std::vector<int32_t> raw, work;
+  // Approximate bytes held (see ConstraintSpec's bounds): nodes + configurations, rows, masks.
+  static constexpr int64_t kNodeBytes = 48, kConfigBytes = 160, kRowBytes = 256 * sizeof(int32_t);
 
   Runtime(const CompiledGrammar& cg, const TokenVocab& tv) : g(cg), v(tv) {}
 
@@ -129,6 +131,7 @@ struct Matcher::Runtime {
     node_parent.push_back(parent);
     mark.push_back(0);
     node_id.emplace(key, id);
+    stats.state_bytes += kNodeBytes;
     return id;
   }
 
@@ -180,6 +183,7 @@ struct Matcher::Runtime {
     configs.emplace_back();
     configs.back().tops = std::move(tops);
     configs.back().accepting = acc;
+    stats.state_bytes += kConfigBytes + 2 * int64_t(key.size());
     config_id.emplace(std::move(key), id);
     ++stats.configs;
     return id;
@@ -190,6 +194,7 @@ struct Matcher::Runtime {
     if (!cf.trans) {
       cf.trans.reset(new int32_t[256]);
       std::fill(cf.trans.get(), cf.trans.get() + 256, -2);
+      stats.row_bytes += kRowBytes;
     }
     return cf.trans.get();
   }
@@ -293,14 +298,22 @@ const uint64_t* Matcher::mask() {
     return cf.mask->data();
   }
   auto m = rt_->compute_mask(st_.config, *spec_);
-  // Cached masks are bounded (each is vocab/8 bytes): past the bound the cache starts over.
-  if (rt_->cached_masks >= 64) {
+  // Cached masks are bounded (max_mask_cache_bytes): past the bound the cache starts over (the
+  // configurations in use recur and are cached again). A mask is not referenced by anyone after
+  // the caller's step, so emptying the cache here is safe.
+  const int64_t bytes = int64_t(m->size() * sizeof(uint64_t));
+  if (rt_->stats.mask_bytes + bytes > spec_->max_mask_cache_bytes && rt_->stats.mask_bytes > 0) {
     for (auto& c : rt_->configs) c.mask.reset();
-    rt_->cached_masks = 0;
+    rt_->stats.mask_bytes = 0;
+    ++rt_->stats.mask_evictions;
   }
-  rt_->configs[size_t(st_.config)].mask = m;
-  ++rt_->cached_masks;
-  return m->data();
+  if (bytes <= spec_->max_mask_cache_bytes) {
+    rt_->configs[size_t(st_.config)].mask = m;
+    rt_->stats.mask_bytes += bytes;
+    return m->data();
+  }
+  rt_->uncached = std::move(m);  // one mask over the bound: kept until the next call only
+  return rt_->uncached->data();
 }
 
 bool Matcher::accepts(int32_t t) {
@@ -363,5 +376,21 @@ bool Matcher::accepting() const { return st_.config >= 0 && rt_->configs[size_t(
 bool Matcher::terminated() const { return accepting() && rt_->configs[size_t(st_.config)].tops.empty(); }
 
 Matcher::Stats Matcher::stats() const { return rt_->stats; }
+
+std::string Matcher::check_limits() {
+  Stats& st = rt_->stats;
+  const int64_t limit = spec_->max_state_bytes;
+  if (st.state_bytes + st.row_bytes <= limit) return {};
+  if (st.row_bytes > 0) {  // rows are a cache: refilled from the configurations on use
+    for (auto& c : rt_->configs) c.trans.reset();
+    st.row_bytes = 0;
+    ++st.row_evictions;
+  }
+  if (st.state_bytes <= limit) return {};
+  return "structured output: the " + spec_->description + " constraint's automaton state grew to " +
+         std::to_string(st.state_bytes) + " bytes (" + std::to_string(st.configs) +
+         " configurations), over the per-request limit max_state_bytes of " + std::to_string(limit) +
+         " bytes (the output keeps opening new nesting levels)";
+}
 
 }  // namespace m3::structured

@@ -72,6 +72,16 @@ struct ConstraintSpec {
   // "</mm:think>" for the minimax_m3 reasoning parser); the grammar applies to what follows it.
   std::string start_after;
   std::string description;  // for messages ("json_schema", "regex", ...)
+  // Per-request memory bounds of the matcher (all its forks share them; see Matcher::check_limits).
+  // Masks: the cached allowed-token bitsets (vocab/8 bytes each, 25 KB at 200K tokens); past the
+  // bound the cache is emptied and refilled as configurations recur.
+  int64_t max_mask_cache_bytes = kDefaultMaxMaskCacheBytes;
+  // Automaton: configurations, stack nodes and their 1 KB byte-transition rows. Past the bound the
+  // rows (a cache) are dropped; if configurations and nodes alone are over it (a grammar whose
+  // stacks keep growing, e.g. ever deeper nesting), the request ends with an error naming it.
+  int64_t max_state_bytes = kDefaultMaxStateBytes;
+  static constexpr int64_t kDefaultMaxMaskCacheBytes = int64_t(4) << 20;  // 4 MiB
+  static constexpr int64_t kDefaultMaxStateBytes = int64_t(64) << 20;     // 64 MiB
 };
 
 class Matcher {
@@ -110,9 +120,16 @@ class Matcher {
   Matcher fork() const { return *this; }
 
   const ConstraintSpec& spec() const { return *spec_; }
-  // Statistics: configurations built, masks computed (cache misses), trie nodes stepped.
+  // Enforces ConstraintSpec::max_state_bytes between steps (the engine calls it after each token it
+  // takes; nothing is evicted inside a call): drops the transition rows when over the bound, and
+  // returns an error message (empty when fine) when configurations and nodes alone are over it.
+  std::string check_limits();
+  // Statistics: configurations built, masks computed (cache misses), trie nodes stepped; bytes
+  // held now (automaton state, transition rows, cached masks) and how often caches were emptied.
   struct Stats {
     int64_t configs = 0, masks_computed = 0, mask_hits = 0, trie_steps = 0;
+    int64_t state_bytes = 0, row_bytes = 0, mask_bytes = 0;
+    int64_t mask_evictions = 0, row_evictions = 0;
   };
   Stats stats() const;
 
