@@ -122,7 +122,7 @@ void run_batch(Opts& o) {
       } catch (const std::exception& e) {
         throw Error(where + ": not valid JSON (" + e.what() + ")");
       }
-      reqs.back() = parse_offline_request(j, tok, where);
+      reqs.back() = parse_offline_request(j, tok, model.config().vocab, where);
     } catch (const Error& e) {
       errors.back() = e.what();
     }

@@ -7,12 +7,26 @@
 #include "base/error.h"
 #include "server/request_fields.h"
 #include "server/sampling_fields.h"
+#include "structured/matcher.h"
+#include "structured/request.h"
 
 namespace m3::cli {
 
 using json = nlohmann::ordered_json;
 
-OfflineRequest parse_offline_request(const json& j, const Tokenizer& tok, const std::string& where) {
+namespace {
+
+// The fields structured_from_request reads (it reports their errors).
+bool is_structured_field(const std::string& k) {
+  for (const char* f : {"response_format", "structured_outputs", "guided_json", "guided_regex", "guided_choice",
+                        "guided_grammar", "guided_decoding_backend"})
+    if (k == f) return true;
+  return false;
+}
+
+}  // namespace
+
+OfflineRequest parse_offline_request(const json& j, const Tokenizer& tok, int64_t vocab, const std::string& where) {
   if (!j.is_object()) throw Error(where + ": expected a JSON object");
   OfflineRequest r;
   SamplingParams& p = r.params;
@@ -36,12 +50,21 @@ OfflineRequest parse_offline_request(const json& j, const Tokenizer& tok, const 
       p.max_tokens = server::read_int32(k, v, 1, style);
     } else if (k == "logprobs") {
       if (!v.is_null()) p.logprobs = server::read_int32(k, v, 0, style);
+    } else if (is_structured_field(k)) {
+      continue;  // read below, once the stop token ids are known
     } else if (!server::read_sampling_field(k, v, p, style) &&
                !server::is_refused_field_name(k, server::Endpoint::Offline)) {  // a refused one sent with its default
       throw Error(where + ": unknown field \"" + k + "\"");
     }
   }
   if (!have_prompt) throw Error(where + ": needs \"prompt\" or \"prompt_token_ids\"");
+  try {
+    if (auto sr = structured::structured_from_request(j))
+      p.constraint = structured::make_constraint(sr->grammar, structured::TokenVocab::shared(tok, vocab), tok,
+                                                 p.stop_token_ids, "", sr->kind);
+  } catch (const structured::StructuredError& e) {
+    throw Error(where + ": " + e.what());
+  }
   try {
     p.validate();
   } catch (const Error& e) {

@@ -1,5 +1,5 @@
 // Offline request lines (`generate --input`): {"prompt": "..."} or {"prompt_token_ids": [...]}
-// plus vLLM / OpenAI sampling fields, parsed with field-level error messages.
+// plus vLLM / OpenAI sampling and structured-output fields, parsed with field-level error messages.
 #pragma once
 #include <nlohmann/json.hpp>
 #include <string>
@@ -17,7 +17,11 @@ struct OfflineRequest {
 
 // `where` prefixes messages, e.g. "input.jsonl line 3". Throws m3::Error naming the field: a wrong
 // type or range, an unknown field, or a known vLLM field this build does not implement (refused by
-// name, see server/request_fields.h).
-OfflineRequest parse_offline_request(const nlohmann::ordered_json& j, const Tokenizer& tok, const std::string& where);
+// name, see server/request_fields.h). The structured-output fields (response_format,
+// structured_outputs, guided_*) are read as the server reads them (structured/request.h) and become
+// params.constraint over the model's `vocab` ids; the prompt is raw text, so there is no reasoning
+// gate (the constraint applies from the first generated token).
+OfflineRequest parse_offline_request(const nlohmann::ordered_json& j, const Tokenizer& tok, int64_t vocab,
+                                     const std::string& where);
 
 }  // namespace m3::cli

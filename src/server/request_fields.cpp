@@ -31,12 +31,6 @@ bool null_or_false(const ojson& v) { return v.is_null() || (v.is_boolean() && !v
 bool null_or_true(const ojson& v) { return v.is_null() || (v.is_boolean() && v.get<bool>()); }
 bool null_or_zero(const ojson& v) { return v.is_null() || (v.is_number() && v.get<double>() == 0.0); }
 bool null_or_one(const ojson& v) { return v.is_null() || (v.is_number() && v.get<double>() == 1.0); }
-bool text_format(const ojson& v) {
-  if (v.is_null()) return true;
-  if (!v.is_object()) return false;
-  auto t = v.find("type");
-  return t == v.end() || t->is_null() || (t->is_string() && t->get<std::string>() == "text");
-}
 bool text_modalities(const ojson& v) {
   if (v.is_null()) return true;
   if (!v.is_array()) return false;
@@ -55,20 +49,12 @@ struct Rule {
 };
 
 // Fields vLLM or OpenAI define that this build does not implement. Later issues that implement one
-// remove it from here. Structured outputs (src/structured) are served by the HTTP endpoints; only
-// `generate --input` still refuses them.
+// remove it from here. Structured outputs (src/structured) are served by the HTTP endpoints and by
+// `generate --input`; only their whitespace pattern and structural tags are refused.
 const Rule kRefused[] = {
     {"logit_bias", kAll, null_or_empty, "per-token logit biases", "{}"},
     {"min_tokens", kAll, null_or_zero, "a minimum output length", "0"},
     {"prompt_logprobs", kAll, is_null, "log-probabilities of the prompt tokens", "null"},
-    {"response_format", kOffline, text_format, "structured output (JSON / schema constrained decoding)",
-     "{\"type\": \"text\"}"},
-    {"structured_outputs", kOffline, is_null, "structured output (constrained decoding)", "null"},
-    {"guided_json", kOffline, is_null, "JSON-schema constrained decoding", "null"},
-    {"guided_regex", kOffline, is_null, "regex constrained decoding", "null"},
-    {"guided_choice", kOffline, is_null, "choice constrained decoding", "null"},
-    {"guided_grammar", kOffline, is_null, "grammar constrained decoding", "null"},
-    {"guided_decoding_backend", kOffline, is_null, "a constrained-decoding backend", "null"},
     {"guided_whitespace_pattern", kAll, is_null, "constrained decoding", "null"},
     {"structural_tag", kAll, is_null, "structural-tag constrained decoding", "null"},
     {"use_beam_search", kAll, null_or_false, "beam search", "false"},
