@@ -32,7 +32,17 @@ const float* Sampler::masked(const float* logits, int64_t V, const uint64_t* all
   if (!allowed) return logits;
   masked_.resize(size_t(V));
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-  for (int64_t i = 0; i < V; ++i) masked_[size_t(i)] = (allowed[i >> 6] >> (i & 63)) & 1 ? logits[i] : kNegInf;
+  // A word at a time: masks are mostly runs (all allowed inside a string, nearly none at a
+  // structural position), so whole words are copied or filled and only mixed ones test each bit.
+  float* out = masked_.data();
+  for (int64_t base = 0; base < V; base += 64) {
+    const uint64_t m = allowed[base >> 6];
+    const int64_t n = std::min<int64_t>(64, V - base);
+    if (m == ~uint64_t(0)) std::copy(logits + base, logits + base + n, out + base);
+    else if (m == 0) std::fill(out + base, out + base + n, kNegInf);
+    else
+      for (int64_t j = 0; j < n; ++j) out[base + j] = (m >> j) & 1 ? logits[base + j] : kNegInf;
+  }
   return masked_.data();
 }
 
