@@ -142,6 +142,7 @@ void mask_bench(benchmark::State& st, const std::string& schema, bool warm) {
   st.counters["masks_computed"] = double(last.masks_computed);
   st.counters["mask_hits"] = double(last.mask_hits);
   st.counters["trie_nodes_per_mask"] = double(last.trie_steps) / double(std::max<int64_t>(last.masks_computed, 1));
+  st.counters["trie_nodes"] = double(spec->vocab->trie_nodes());
   st.counters["state_KiB"] = double(last.state_bytes + last.row_bytes) / 1024.0;
   st.counters["mask_cache_KiB"] = double(last.mask_bytes) / 1024.0;
 }
