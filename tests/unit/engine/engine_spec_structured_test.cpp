@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <functional>
+#include <regex>
 #include <nlohmann/json.hpp>
 
 #include "chi_square.h"
@@ -69,12 +70,17 @@ const std::vector<std::string> kSchemas = {
         "$ref":"#/$defs/t"})",
 };
 
-// The constraints of the greedy runs: the JSON schemas, a regex, a choice, and none.
+// The constraints of the greedy runs: the JSON schemas, a regex, a choice, a gated regex, and none.
 std::vector<std::shared_ptr<const ConstraintSpec>> constraints(const Loaded& m) {
   std::vector<std::shared_ptr<const ConstraintSpec>> c;
   for (const auto& s : kSchemas) c.push_back(spec_of(m, json_schema_grammar(nlohmann::ordered_json::parse(s), JsonOptions{2})));
   c.push_back(spec_of(m, regex_grammar("( [a-z]+){3,12}\\.")));
   c.push_back(spec_of(m, choice_grammar({"the LORD said", "the LORD God", "and it was so"})));
+  // Gated (as after a reasoning end tag): free until "LORD" has been generated, then the regex; the
+  // drafts' forks carry the gate's tail too.
+  auto gated = std::make_shared<ConstraintSpec>(*spec_of(m, regex_grammar("( [a-z]+){1,8}[.;]")));
+  gated->start_after = "LORD";
+  c.push_back(gated);
   c.push_back(nullptr);
   return c;
 }
@@ -145,6 +151,16 @@ int validate_json(const std::map<std::string, m3test::Finished>& out, const std:
 TEST(SpecStructured, GreedyIdenticalToUnspeculatedDemo) {
   const auto ref = run_greedy(demo(), spec_config(0, "", "", 96));
   EXPECT_GT(validate_json(ref, "spec_structured_ref"), 6);
+  // The gated regex took over after "LORD" in some output: the text after it matches.
+  int gated = 0;
+  for (const auto& [id, f] : ref)
+    if (id.rfind("c6_", 0) == 0 && f.reason == m3::FinishReason::Stop) {
+      const size_t at = f.text.find("LORD");
+      ASSERT_NE(at, std::string::npos) << f.text;
+      EXPECT_TRUE(std::regex_match(f.text.substr(at + 4), std::regex("( [a-z]+){1,8}[.;]"))) << f.text;
+      ++gated;
+    }
+  EXPECT_GT(gated, 0);
   struct Case {
     int k;
     const char* rej;
@@ -161,7 +177,7 @@ TEST(SpecStructured, GreedyIdenticalToUnspeculatedDemo) {
 }
 
 TEST(SpecStructured, GreedyIdenticalUnderPreemption) {
-  // 12 pages of 32 tokens for 21 requests of up to ~90 tokens: requests are preempted and
+  // 12 pages of 32 tokens for 24 requests of up to ~90 tokens: requests are preempted and
   // recomputed; their matchers keep the state of the kept output.
   EngineConfig base = spec_config(0, "", "", 12);
   base.max_num_batched_tokens = 64;
