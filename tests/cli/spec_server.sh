@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # DSpark speculative decoding through the real server on the demo model (models/demo + dspark/):
-# greedy completions (plain and streamed) and a greedy chat answer are identical with and without
-# --speculative-config; /metrics exposes vLLM's spec_decode_* counters with the acceptance per position;
+# greedy completions (plain and streamed), a greedy chat answer and a greedy json_schema answer are
+# identical with and without --speculative-config; /metrics exposes vLLM's spec_decode_* counters with the acceptance per position;
 # `bench serve` reports the speculative section; bad speculative configs fail at start with clear messages.
 # Usage: spec_server.sh <m3serve> <tests/data> <tmpdir>
 set -euo pipefail
@@ -41,6 +41,10 @@ run_server() {  # $1 = label, rest = extra flags; fills $TMP/$1.*
   curl -sf "$U/v1/chat/completions" -H 'Content-Type: application/json' \
     -d '{"messages":[{"role":"user","content":"What is 37 * 12?"}],"max_tokens":40,"temperature":0}' >"$TMP/$label.chat" ||
     fail "$label: chat request failed"
+  # Structured output (json_schema), greedy: speculated through masked drafts and verification.
+  curl -sf "$U/v1/chat/completions" -H 'Content-Type: application/json' \
+    -d '{"messages":[{"role":"user","content":"Give a person as JSON."}],"max_tokens":80,"temperature":0,"response_format":{"type":"json_schema","json_schema":{"name":"p","schema":{"type":"object","properties":{"name":{"type":"string","maxLength":12},"age":{"type":"integer","minimum":0,"maximum":120}},"required":["name","age"],"additionalProperties":false}}}}' \
+    >"$TMP/$label.structured" || fail "$label: structured request failed"
   # The 7 streamed pieces of a mixed batch (sampled requests with seeds run alongside).
   for s in 1 2 3; do
     curl -sf "$U/v1/completions" -H 'Content-Type: application/json' \
@@ -70,6 +74,11 @@ run_server spec --speculative-config '{"method":"dspark","num_speculative_tokens
 [ "$(stream_text "$TMP/spec.stream")" = "$(text_of "$TMP/spec.completion")" ] || fail "streamed text differs from the plain response"
 [ "$(sed 's/"id":"[^"]*"//; s/"created":[0-9]*//' "$TMP/plain.chat")" = "$(sed 's/"id":"[^"]*"//; s/"created":[0-9]*//' "$TMP/spec.chat")" ] ||
   fail "greedy chat answer differs: $(cat "$TMP/plain.chat") vs $(cat "$TMP/spec.chat")"
+
+[ "$(sed 's/"id":"[^"]*"//; s/"created":[0-9]*//' "$TMP/plain.structured")" = "$(sed 's/"id":"[^"]*"//; s/"created":[0-9]*//' "$TMP/spec.structured")" ] ||
+  fail "greedy structured answer differs: $(cat "$TMP/plain.structured") vs $(cat "$TMP/spec.structured")"
+python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); c=json.loads(r["choices"][0]["message"]["content"]); assert r["choices"][0]["finish_reason"]=="stop" and set(c)=={"name","age"} and isinstance(c["age"],int) and 0<=c["age"]<=120 and len(c["name"])<=12, c' \
+  "$TMP/spec.structured" || fail "structured answer does not follow the schema: $(cat "$TMP/spec.structured")"
 
 M="$TMP/spec.metrics"
 for n in spec_decode_num_drafts_total spec_decode_num_draft_tokens_total spec_decode_num_accepted_tokens_total; do
