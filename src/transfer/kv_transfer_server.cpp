@@ -40,19 +40,30 @@ void KvTransferServer::run() {
 
 void KvTransferServer::serve(Link& link) {
   auto deadline = [&] { return std::chrono::steady_clock::now() + io_timeout_; };
+  // After a refusal the client closes first: closing here at once could cut the refusal off in flight
+  // (the client would see a broken transfer, not the reason). The wait ends when the client has gone.
+  auto refuse_and_wait = [&](const std::string& why) {
+    if (!link.send_frame(why, deadline()).empty()) return;
+    char c = 0;
+    link.recv(&c, 1, std::chrono::steady_clock::now() + std::chrono::seconds(5));
+  };
   std::string msg;
   if (!link.recv_frame(msg, 4096, deadline()).empty()) return;
   const std::optional<Hello> theirs = decode_hello(msg);
   std::string why = theirs ? check_hello(mine_, *theirs) : "not a KV transfer hello";
-  if (!why.empty()) std::fprintf(stderr, "[m3serve] KV transfer: refused a decode engine: %s\n", why.c_str());
-  if (!link.send_frame(why, deadline()).empty() || !why.empty()) return;
+  if (!why.empty()) {
+    std::fprintf(stderr, "[m3serve] KV transfer: refused a decode engine: %s\n", why.c_str());
+    return refuse_and_wait(why);
+  }
+  if (!link.send_frame(why, deadline()).empty()) return;
   if (!link.recv_frame(msg, size_t(8) << 20, deadline()).empty()) return;
   const std::optional<ReadRequest> rd = decode_read(msg);
   std::vector<TransferPage> chain;
   why = rd ? leases_.begin_read(rd->request_id, rd->block_ids, chain, std::chrono::steady_clock::now())
            : "malformed read request";
-  if (!link.send_frame(why, deadline()).empty() || !why.empty()) {
-    if (why.empty()) leases_.end_read(rd->request_id, false, 0);
+  if (!why.empty()) return refuse_and_wait(why);
+  if (!link.send_frame(why, deadline()).empty()) {
+    leases_.end_read(rd->request_id, false, 0);
     return;
   }
   std::string blob;
