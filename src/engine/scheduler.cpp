@@ -105,7 +105,7 @@ int64_t Scheduler::remote_hit(Sequence* s) {
     why = importer_->import(s->remote->blobs[i], chain[i], b);
     if (!why.empty()) {
       pool_.release(b);
-      why = "KV page " + std::to_string(i) + " pulled from " + s->remote->source + " " + why;
+      why = "KV page " + std::to_string(i) + " pulled from " + s->remote->source + " does not fit this prompt: " + why;
       break;
     }
     s->blocks.push_back(b);

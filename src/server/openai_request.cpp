@@ -280,13 +280,13 @@ static void read_kv_transfer_params(const ojson& body, const ServerContext& ctx,
                      "\"kv_role\": \"kv_both\"}')";
   if (decode) {
     if (!ctx.kv_producer)
-      throw bad_request(std::string("kv_transfer_params.do_remote_decode: this server does not prefill for other "
+      throw bad_request(std::string("'kv_transfer_params' do_remote_decode: this server does not prefill for other "
                                     "engines (its kv_role is not kv_producer or kv_both)") + nixl, P);
     r.kv_hold = true;
   }
   if (!prefill) return;
   if (!ctx.kv_consumer || !ctx.kv_fetcher)
-    throw bad_request(std::string("kv_transfer_params.do_remote_prefill: this server does not decode for other "
+    throw bad_request(std::string("'kv_transfer_params' do_remote_prefill: this server does not decode for other "
                                   "engines (its kv_role is not kv_consumer or kv_both)") + nixl, P);
   RemoteKvRef ref;
   auto str = [&](const char* k) {

@@ -91,5 +91,5 @@ fi
 grep -q 'kv_buffer_device "cuda" is not served' "$TMP/cuda.log" || fail "kv_buffer_device cuda not refused by name"
 code=$(curl -s -o "$TMP/r.json" -w '%{http_code}' "$URL_ref/v1/completions" -H 'Content-Type: application/json' \
   -d '{"prompt": "hi", "max_tokens": 1, "kv_transfer_params": {"do_remote_decode": true}}')
-[ "$code" = 400 ] && grep -q 'do_remote_decode' "$TMP/r.json" || fail "do_remote_decode without a producer role: $code"
+[ "$code" = 400 ] && grep -q "do_remote_decode" "$TMP/r.json" || fail "do_remote_decode without a producer role: $code"
 echo "pd_disagg: OK"
