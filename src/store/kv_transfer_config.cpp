@@ -112,10 +112,16 @@ void connector(const json& c, const std::string& where, KvTransferConfig& out, b
       throw Error(where + ": NixlConnector needs kv_role \"kv_producer\", \"kv_consumer\" or \"kv_both\"");
     n.role = role;
     if (c.contains("kv_buffer_device")) {
+      // Where NIXL registers its transfer buffer. The recipe's GPU deployments say "cuda"; here the KV
+      // cache, and so every transfer, is in host memory: "cuda" is listed at start as not applicable, as
+      // the recipe's other GPU settings are; anything else is refused.
       const json& d = c["kv_buffer_device"];
-      if (!d.is_string() || (d != "cpu"))
+      if (d == "cuda")
+        out.not_applicable.push_back("--kv-transfer-config NixlConnector kv_buffer_device \"cuda\" (the KV cache "
+                                     "and its transfers are in host memory here)");
+      else if (d != "cpu")
         throw Error(where + ": kv_buffer_device " + d.dump() +
-                    " is not served: the KV cache lives in host memory here (give \"cpu\" or leave it out)");
+                    " is not served: the KV cache lives in host memory here (\"cpu\")");
     }
     if (c.contains("engine_id") && !c["engine_id"].is_null()) {
       if (!c["engine_id"].is_string() || c["engine_id"].get<std::string>().empty())
@@ -144,12 +150,19 @@ void connector(const json& c, const std::string& where, KvTransferConfig& out, b
         // and each read connects afresh, so neither has anything to set (noted at start).
         if (!v.is_number_integer() || v.get<int64_t>() < 0) throw Error(where + ": " + k + " must be an integer >= 0");
         out.not_applicable.push_back("--kv-transfer-config NixlConnector " + k);
+      } else if (k == "enforce_handshake_compat") {
+        // The handshake's compatibility check cannot be skipped here: a page of another layout would be
+        // garbage in this pool. false is listed at start as not applicable.
+        if (!v.is_boolean()) throw Error(where + ": enforce_handshake_compat must be true or false");
+        if (!v.get<bool>())
+          out.not_applicable.push_back("--kv-transfer-config NixlConnector enforce_handshake_compat false (the "
+                                       "handshake always checks model, layout, dtypes and page size here)");
       } else if (k == "backends") {
         if (!v.is_array() || v.size() != 1 || v[0] != "UCX")
           throw Error(where + ": backends: only [\"UCX\"] is served (pages move over UCX)");
       } else {
         throw Error(where + ": NixlConnector has no key \"" + k + "\" here (known: kv_lease_duration, backends, num_threads, "
-                    "engine_ttl)");
+                    "engine_ttl, enforce_handshake_compat)");
       }
     }
     out.nixl = n;

@@ -29,7 +29,8 @@ struct KvTransferConfig {
   // moved over UCX (src/transfer). kv_role: "kv_producer" (prefills for decode engines: leases pages and
   // listens on kv_ip:kv_port), "kv_consumer" (pulls them), "kv_both". kv_connector_extra_config:
   // kv_lease_duration (seconds a leased prompt waits to be read; vLLM's VLLM_NIXL_ABORT_REQUEST_TIMEOUT,
-  // 480) and backends (["UCX"] only). kv_buffer_device "cuda" is refused: KV lives in host memory here.
+  // 480) and backends (["UCX"] only); the recipe's kv_buffer_device "cuda", num_threads, engine_ttl and
+  // enforce_handshake_compat false are listed at start as not applicable (KV lives in host memory here).
   struct Nixl {
     std::string role;
     std::string engine_id;  // empty: a random one

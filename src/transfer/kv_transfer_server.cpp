@@ -2,6 +2,8 @@
 #include "transfer/kv_transfer_server.h"
 
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 
 #include "base/error.h"
 
@@ -15,6 +17,13 @@ KvTransferServer::KvTransferServer(std::shared_ptr<UcxContext> ctx, Engine& engi
   worker_ = std::make_unique<UcxWorker>(*ctx_);
   listener_ = std::make_unique<Listener>(*worker_, host, port);
   port_ = listener_->port();
+  if (const char* f = std::getenv("M3_KV_TRANSFER_FAULT")) {
+    if (std::strncmp(f, "die-after-pages:", 16) != 0)
+      throw Error(std::string("M3_KV_TRANSFER_FAULT: expected die-after-pages:N, got \"") + f + "\"");
+    die_after_pages_ = std::atoi(f + 16);
+    std::fprintf(stderr, "[m3serve] M3_KV_TRANSFER_FAULT: this engine exits after sending %d KV pages (tests)\n",
+                 die_after_pages_);
+  }
   thread_ = std::thread([this] { run(); });
 }
 
@@ -73,6 +82,7 @@ void KvTransferServer::serve(Link& link) {
     engine_.export_leased_page(rd->block_ids[i], chain[i], blob);
     ok = link.send(blob.data(), blob.size(), deadline()).empty();
     bytes += int64_t(blob.size());
+    if (die_after_pages_ >= 0 && int(i) + 1 >= die_after_pages_) std::_Exit(137);
   }
   // The lease is read once the decode engine says it has every page; until then it may try again.
   char ack = 0;

@@ -37,6 +37,9 @@ class KvTransferServer {
   std::unique_ptr<Listener> listener_;
   int port_ = 0;
   std::atomic<bool> stop_{false};
+  // Fault injection for the failure tests (M3_KV_TRANSFER_FAULT=die-after-pages:N): the process exits
+  // after sending N pages of a read, as a prefill engine killed mid-transfer would. -1: off.
+  int die_after_pages_ = -1;
   std::thread thread_;
 };
 

@@ -7,10 +7,11 @@
 #     for its logits), from its /metrics; the prefill engine's leases are read and its pages returned.
 # (2) Forged remote_block_ids, forged or foreign remote_request_id and a stale lease: 400, never served.
 # (3) A lease not read within kv_lease_duration expires: its pages return (metrics), a later read is 400.
-# (4) The prefill engine killed after the prefill leg: the decode leg recomputes (policy recompute, same
-#     text) or fails cleanly with 500 naming the policy (policy fail), leaking no page either way.
-# (5) Refusals at start and per request: kv_buffer_device "cuda"; do_remote_decode on a server without
-#     a producer role.
+# (4) The prefill engine dying mid-transfer (M3_KV_TRANSFER_FAULT: it exits after sending one page of
+#     two), or killed before the read: the decode leg recomputes (policy recompute, same text) or fails
+#     cleanly with 500 naming the policy (policy fail), leaking no page either way.
+# (5) At start: kv_buffer_device "cuda" (the recipe's GPU deployments) listed as not applicable, any
+#     other device refused by name; per request: do_remote_decode on a server without a producer role.
 # Usage: pd_disagg.sh <m3serve> <tests/data> <tmpdir>
 set -euo pipefail
 BIN=$1
@@ -35,6 +36,16 @@ start() {
   wait_server_health "$TMP/$name.log" $!
   eval "URL_$name=$U"
 }
+# dead PID: the process has exited (gone, or a zombie not yet waited for); bounded poll.
+wait_dead() {
+  for _ in $(seq 1 100); do
+    local st
+    st=$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null || true)
+    [ -z "$st" ] || [ "$st" = Z ] && return 0
+    sleep 0.1
+  done
+  return 1
+}
 nixl() { echo "{\"kv_connector\": \"NixlConnector\", \"kv_role\": \"$1\", \"kv_port\": 0${2:-}}"; }
 start ref
 start P --kv-transfer-config "$(nixl kv_producer)"
@@ -42,6 +53,9 @@ start D --kv-transfer-config "$(nixl kv_consumer)"
 start DF --kv-transfer-config "$(nixl kv_consumer ', "kv_load_failure_policy": "fail"')"
 start P2 --kv-transfer-config "$(nixl kv_producer ', "kv_connector_extra_config": {"kv_lease_duration": 1}')"
 start P3 --kv-transfer-config "$(nixl kv_producer)"
+start PC --kv-transfer-config "$(nixl kv_producer ', "kv_buffer_device": "cuda"')"
+M3_KV_TRANSFER_FAULT=die-after-pages:1 start P4 --kv-transfer-config "$(nixl kv_producer)"
+M3_KV_TRANSFER_FAULT=die-after-pages:1 start P5 --kv-transfer-config "$(nixl kv_producer)"
 grep -q "KV transfer listening on 127.0.0.1:[0-9]*, leases of 480 s" "$TMP/P.log" || fail "the listener is not said at start"
 "$BIN" proxy --prefill "$URL_P" --decode "$URL_D" --port 0 >"$TMP/proxy.log" 2>&1 &
 PIDS+=($!)
@@ -72,6 +86,13 @@ done
 $PY decode "$URL_D" "$URL_ref" "$TMP/kv2.json" "400:names no live KV lease" || fail "an expired lease was served"
 
 # (4)
+$PY lease "$URL_P4" "$TMP/kv4.json" || fail "prefill leg on P4"
+$PY decode "$URL_D" "$URL_ref" "$TMP/kv4.json" ok || fail "policy recompute, prefill dead mid-transfer"
+wait_dead "$PID_P4" || fail "P4 did not die mid-transfer"
+$PY lease "$URL_P5" "$TMP/kv5.json" || fail "prefill leg on P5"
+$PY decode "$URL_DF" "$URL_ref" "$TMP/kv5.json" '500:kv_load_failure_policy \"fail\"' ||
+  fail "policy fail, prefill dead mid-transfer"
+wait_dead "$PID_P5" || fail "P5 did not die mid-transfer"
 $PY lease "$URL_P3" "$TMP/kv3.json" || fail "prefill leg on P3"
 kill -9 "$PID_P3"
 wait "$PID_P3" 2>/dev/null || true
@@ -80,15 +101,17 @@ grep -q 'recomputed here (kv_load_failure_policy "recompute")' "$TMP/D.log" || f
 $PY decode "$URL_DF" "$URL_ref" "$TMP/kv3.json" '500:kv_load_failure_policy \"fail\"' || fail "policy fail"
 [ "$($PY metric "$URL_D" m3serve:kv_free_pages)" = "$total" ] || fail "D leaked pages"
 [ "$($PY metric "$URL_DF" m3serve:kv_free_pages)" = "$total" ] || fail "DF leaked pages"
-$PY lease "$URL_P" "$TMP/kv4.json" || fail "prefill leg on P"
-$PY decode "$URL_DF" "$URL_ref" "$TMP/kv4.json" ok || fail "DF does not serve after a failed transfer"
+$PY lease "$URL_P" "$TMP/kv6.json" || fail "prefill leg on P"
+$PY decode "$URL_DF" "$URL_ref" "$TMP/kv6.json" ok || fail "DF does not serve after a failed transfer"
 
 # (5)
 if "$BIN" serve "$MODEL" --port 0 --kv-transfer-config \
-    '{"kv_connector": "NixlConnector", "kv_role": "kv_both", "kv_buffer_device": "cuda"}' >"$TMP/cuda.log" 2>&1; then
-  fail "kv_buffer_device cuda accepted"
+    '{"kv_connector": "NixlConnector", "kv_role": "kv_both", "kv_buffer_device": "xpu"}' >"$TMP/xpu.log" 2>&1; then
+  fail "kv_buffer_device xpu accepted"
 fi
-grep -q 'kv_buffer_device "cuda" is not served' "$TMP/cuda.log" || fail "kv_buffer_device cuda not refused by name"
+grep -q 'kv_buffer_device "xpu" is not served' "$TMP/xpu.log" || fail "kv_buffer_device xpu not refused by name"
+grep -q 'not applicable.*kv_buffer_device "cuda"\|kv_buffer_device "cuda".*host memory' "$TMP/PC.log" ||
+  fail "kv_buffer_device cuda is not listed at start as not applicable"
 code=$(curl -s -o "$TMP/r.json" -w '%{http_code}' "$URL_ref/v1/completions" -H 'Content-Type: application/json' \
   -d '{"prompt": "hi", "max_tokens": 1, "kv_transfer_params": {"do_remote_decode": true}}')
 [ "$code" = 400 ] && grep -q "do_remote_decode" "$TMP/r.json" || fail "do_remote_decode without a producer role: $code"

@@ -96,6 +96,16 @@ TEST(KvTransferConfig, NixlConnectorConfiguresDisaggregation) {
   EXPECT_DOUBLE_EQ(c.nixl->lease_seconds, 2.5);
   EXPECT_EQ(c.load_failure_policy, "fail");
   EXPECT_TRUE(has(c.not_applicable, "engine_ttl"));
+  // The recipe's GPU deployment (a NixlConnector in a MultiConnector, buffer on the GPU): KV is in host
+  // memory here, which the start-up note says; the connector still serves P/D.
+  const KvTransferConfig r = KvTransferConfig::parse(
+      R"({"kv_connector":"MultiConnector","kv_role":"kv_both","kv_connector_extra_config":{"connectors":[
+         {"kv_connector":"NixlConnector","kv_role":"kv_both","kv_buffer_device":"cuda","kv_connector_extra_config":
+          {"backends":["UCX"],"enforce_handshake_compat":false,"kv_lease_duration":120}}]}})");
+  ASSERT_TRUE(r.nixl.has_value());
+  EXPECT_DOUBLE_EQ(r.nixl->lease_seconds, 120);
+  EXPECT_TRUE(has(r.not_applicable, "kv_buffer_device \"cuda\""));
+  EXPECT_TRUE(has(r.not_applicable, "enforce_handshake_compat false"));
   const KvTransferConfig d = KvTransferConfig::parse(R"({"kv_connector":"NixlConnector","kv_role":"kv_both"})");
   EXPECT_TRUE(d.nixl->producer() && d.nixl->consumer());
   EXPECT_DOUBLE_EQ(d.nixl->lease_seconds, 480);  // vLLM's VLLM_NIXL_ABORT_REQUEST_TIMEOUT
@@ -103,8 +113,8 @@ TEST(KvTransferConfig, NixlConnectorConfiguresDisaggregation) {
 }
 
 TEST(KvTransferConfig, NixlConnectorRefusesWhatItCannotServe) {
-  EXPECT_NE(error_of(R"({"kv_connector":"NixlConnector","kv_role":"kv_producer","kv_buffer_device":"cuda"})")
-                .find("kv_buffer_device \"cuda\" is not served"),
+  EXPECT_NE(error_of(R"({"kv_connector":"NixlConnector","kv_role":"kv_producer","kv_buffer_device":"xpu"})")
+                .find("kv_buffer_device \"xpu\" is not served"),
             std::string::npos);
   EXPECT_NE(error_of(R"({"kv_connector":"NixlConnector"})").find("kv_role"), std::string::npos);
   EXPECT_NE(error_of(R"({"kv_connector":"NixlConnector","kv_role":"kv_both",
