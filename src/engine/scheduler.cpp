@@ -232,10 +232,13 @@ std::vector<ScheduledChunk> Scheduler::schedule() {
     }
     if (!s->admitted_once) {
       s->admitted_once = true;
-      s->remote.reset();  // imported: the pulled bytes are no longer needed (a preemption recomputes)
       s->num_cached_tokens = hit;
-      stats_.prefix_queries += s->num_tokens();
-      stats_.prefix_hits += hit;
+      // Pages pulled from a prefill engine are not this engine's prefix cache hits (vllm:prefix_cache_*).
+      if (!s->remote) {
+        stats_.prefix_queries += s->num_tokens();
+        stats_.prefix_hits += hit;
+      }
+      s->remote.reset();  // imported: the pulled bytes are no longer needed (a preemption recomputes)
     }
     waiting_.pop_front();
     s->status = Sequence::Status::Running;

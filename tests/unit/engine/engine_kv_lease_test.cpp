@@ -89,6 +89,7 @@ TEST(EngineKvLease, DecodeFromPulledPagesEqualsOneEngine) {
     EXPECT_EQ(run(d, "dec", prompt, 12, kv), want) << "prompt of " << len << " tokens";
     EXPECT_EQ(d.stats().prompt_tokens_computed, 1);  // the last prompt token only
     EXPECT_EQ(d.stats().remote_pages_loaded, int64_t(info.block_ids.size()));
+    EXPECT_EQ(d.stats().prefix_hits, 0);  // pulled pages are not this engine's prefix-cache hits
     EXPECT_EQ(d.stats().free_pages, 32);  // all back (cached or free) once done
 
     // The read lease gives its pages back at the prefill engine's next pass.
