@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 
 #include "base/error.h"
@@ -54,6 +55,7 @@ UcxWorker::UcxWorker(const UcxContext& ctx) {
   wp.thread_mode = UCS_THREAD_MODE_SINGLE;
   ucs_status_t st = ucp_worker_create(ctx.get(), &wp, &w_);
   if (st != UCS_OK) throw Error("UCX: cannot create a worker: " + status_text(st));
+  if (const char* b = std::getenv("M3_UCX_BUSY_POLL")) busy_poll_ = std::string(b) == "1";
   st = ucp_worker_get_efd(w_, &efd_);
   if (st != UCS_OK) {
     ucp_worker_destroy(w_);

@@ -47,6 +47,7 @@ class UcxWorker {
   bool sleep_once(Deadline deadline);
   ucp_worker_h w_ = nullptr;
   int efd_ = -1;
+  bool busy_poll_ = false;  // M3_UCX_BUSY_POLL=1: never sleep between progress calls (latency probes)
 };
 
 // One connection's byte stream.
@@ -97,7 +98,7 @@ bool UcxWorker::wait_until(F done, Deadline deadline) {
     }
     if (done()) return true;
     if (std::chrono::steady_clock::now() >= deadline) return false;
-    if (!sleep_once(deadline)) continue;
+    if (busy_poll_ || !sleep_once(deadline)) continue;
   }
 }
 
