@@ -243,6 +243,7 @@ void run_serve(ServeOpts& o, CLI::App* sub) {
     }
     if (n.consumer()) {
       kv_fetcher = std::make_unique<transfer::UcxKvFetcher>(ucx, hello);
+      engine.enable_remote_prefill();
       ctx.kv_consumer = true;
       ctx.kv_fetcher = kv_fetcher.get();
     }

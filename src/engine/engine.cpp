@@ -172,8 +172,8 @@ namespace {
 class CodecImporter : public RemoteImporter {
  public:
   CodecImporter(KvPageCodec& codec, EngineStats& st) : codec_(codec), st_(st) {}
-  std::string import(const std::string& blob, const TransferPage& p, int32_t page) override {
-    std::string why = codec_.import_page(blob, page, p.hash, p.parent, p.tokens.data());
+  std::string import(const std::string& blob, const TransferPage& p, int32_t page, bool checksummed) override {
+    std::string why = codec_.import_page(blob, page, p.hash, p.parent, p.tokens.data(), checksummed);
     if (why.empty()) ++st_.remote_pages_loaded;
     else ++st_.remote_load_failures;
     return why;
@@ -189,6 +189,22 @@ void Engine::enable_kv_leases(std::chrono::milliseconds duration) {
   if (duration.count() <= 0) throw Error("kv_lease_duration must be positive");
   codec();  // made here, on the engine's thread, before any transfer thread exports with it
   leases_ = std::make_unique<KvLeaseTable>(duration);
+}
+
+void Engine::enable_remote_prefill() {
+  if (importer_) return;
+  importer_ = std::make_unique<CodecImporter>(codec(), stats_);
+  sched_->set_remote_importer(importer_.get());
+}
+
+void Engine::verify_remote(const std::vector<int32_t>& prompt, RemotePrefill& rp) const {
+  if (!codec_) return;
+  const std::vector<TransferPage> chain = transfer_chain(prompt, block_size_);
+  size_t i = 0;
+  while (i < rp.blobs.size() && i < chain.size() &&
+         codec_->verify(rp.blobs[i], chain[i].hash, chain[i].parent, chain[i].tokens.data()).empty())
+    ++i;
+  rp.checksummed = i;  // a page that fails is checked again, and refused with its reason, on admission
 }
 
 void Engine::export_leased_page(int32_t page, const TransferPage& p, std::string& out) const {
@@ -347,10 +363,7 @@ void Engine::add_request(const std::string& id, std::vector<int32_t> prompt, con
       throw Error("kv_transfer_params: " + std::to_string(kv.remote->blobs.size()) + " KV pages were pulled, but the " +
                   "prompt of " + std::to_string(plen) + " tokens fills " + std::to_string(pages) + " pages of " +
                   std::to_string(block_size_) + " tokens");
-    if (!importer_) {
-      importer_ = std::make_unique<CodecImporter>(codec(), stats_);
-      sched_->set_remote_importer(importer_.get());
-    }
+    enable_remote_prefill();
   }
   auto s = std::make_unique<Sequence>();
   s->id = next_id_++;

@@ -150,6 +150,13 @@ class Engine {
   // Exports a leased page as a blob (kv_page_codec). Safe from the transfer thread: a leased page is
   // held, so the engine neither reuses nor writes it.
   void export_leased_page(int32_t page, const TransferPage& p, std::string& out) const;
+  // Decode side: makes the codec and importer pulled pages go through (else made at the first such
+  // request). Call before serving, so that verify_remote may run on other threads.
+  void enable_remote_prefill();
+  // Verifies pulled pages against `prompt` (header and checksum) on the calling thread, so that the
+  // engine thread only copies them in: the checksum of a long prompt's pages would stall every other
+  // request's step. Thread-safe once enable_remote_prefill ran (the codec is only read).
+  void verify_remote(const std::vector<int32_t>& prompt, RemotePrefill& rp) const;
   // Timers the engine loop drives without work: returns expired and read leases' pages to the pool.
   void housekeeping();
   std::optional<std::chrono::steady_clock::time_point> next_timer() const;

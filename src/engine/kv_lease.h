@@ -30,6 +30,9 @@ std::vector<TransferPage> transfer_chain(const std::vector<int32_t>& tokens, int
 struct RemotePrefill {
   std::vector<std::string> blobs;
   std::string source;  // "host:port" for messages
+  // Pages [0, checksummed) passed KvPageCodec::verify already (Engine::verify_remote, on the thread that
+  // pulled them): the engine thread then checks only their headers before copying them in.
+  size_t checksummed = 0;
 };
 
 // Where a decode engine pulls a prompt's pages from: kv_transfer_params of the prefill response.

@@ -70,7 +70,7 @@ class PrefixLoader {
 class RemoteImporter {
  public:
   virtual ~RemoteImporter() = default;
-  virtual std::string import(const std::string& blob, const TransferPage& p, int32_t page) = 0;
+  virtual std::string import(const std::string& blob, const TransferPage& p, int32_t page, bool checksummed) = 0;
 };
 
 class Scheduler {

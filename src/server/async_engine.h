@@ -64,6 +64,8 @@ class AsyncEngine {
   // Stops the engine thread; running requests are aborted.
   void stop();
   bool alive() const;
+  // P/D: verifies pulled pages on the calling thread (Engine::verify_remote; thread-safe).
+  void verify_remote(const std::vector<int32_t>& prompt, RemotePrefill& rp) const { engine_.verify_remote(prompt, rp); }
   // Wakes the engine thread for its timers (a KV lease read by another engine: its pages go back).
   void poke();
   EngineStats stats() const;

@@ -10,7 +10,9 @@
 # (4) The prefill engine dying mid-transfer (M3_KV_TRANSFER_FAULT: it exits after sending one page of
 #     two), or killed before the read: the decode leg recomputes (policy recompute, same text) or fails
 #     cleanly with 500 naming the policy (policy fail), leaking no page either way.
-# (5) At start: kv_buffer_device "cuda" (the recipe's GPU deployments) listed as not applicable, any
+# (5) Errors from either side reach the proxy's client: the prefill engine's 400 (n = 2) as it gave it;
+#     an engine that cannot be reached as a 502 naming it.
+# (6) At start: kv_buffer_device "cuda" (the recipe's GPU deployments) listed as not applicable, any
 #     other device refused by name; per request: do_remote_decode on a server without a producer role.
 # Usage: pd_disagg.sh <m3serve> <tests/data> <tmpdir>
 set -euo pipefail
@@ -105,6 +107,19 @@ $PY lease "$URL_P" "$TMP/kv6.json" || fail "prefill leg on P"
 $PY decode "$URL_DF" "$URL_ref" "$TMP/kv6.json" ok || fail "DF does not serve after a failed transfer"
 
 # (5)
+code=$(curl -s -o "$TMP/r.json" -w '%{http_code}' "$URL_X/v1/completions" -H 'Content-Type: application/json' \
+  -d '{"prompt": "hi", "max_tokens": 3, "n": 2}')
+[ "$code" = 400 ] && grep -q 'one prompt and n = 1' "$TMP/r.json" || fail "the prefill engine's 400 not passed on: $code $(cat "$TMP/r.json")"
+DEAD=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+"$BIN" proxy --prefill "http://127.0.0.1:$DEAD" --decode "$URL_D" --port 0 >"$TMP/proxy2.log" 2>&1 &
+PIDS+=($!)
+wait_server_health "$TMP/proxy2.log" $!
+code=$(curl -s -o "$TMP/r.json" -w '%{http_code}' "$U/v1/chat/completions" -H 'Content-Type: application/json' \
+  -d '{"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3, "stream": true}')
+[ "$code" = 502 ] && grep -q "prefill engine 127.0.0.1:$DEAD could not be reached" "$TMP/r.json" ||
+  fail "an unreachable prefill engine: $code $(cat "$TMP/r.json")"
+
+# (6)
 if "$BIN" serve "$MODEL" --port 0 --kv-transfer-config \
     '{"kv_connector": "NixlConnector", "kv_role": "kv_both", "kv_buffer_device": "xpu"}' >"$TMP/xpu.log" 2>&1; then
   fail "kv_buffer_device xpu accepted"

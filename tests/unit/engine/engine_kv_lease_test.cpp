@@ -132,6 +132,28 @@ TEST(EngineKvLease, PagesOfAnotherPromptAreRefusedAndFollowThePolicy) {
   EXPECT_EQ(f.stats().free_pages, 32);
 }
 
+TEST(EngineKvLease, PagesVerifiedOffTheEngineThreadAndACorruptedOneRecomputed) {
+  std::mt19937 rng(8);
+  const auto prompt = m3test::random_tokens(rng, 40, 256);
+  m3::Engine p(model(), nullptr, pool(32));
+  p.enable_kv_leases(std::chrono::seconds(60));
+  m3::KvLeaseInfo info;
+  auto rp = prefill(p, prompt, &info);
+  rp->blobs[1][rp->blobs[1].size() - 3] ^= 0x40;  // one bit of page 1's payload flipped in transit
+  m3::Engine agg(model(), nullptr, pool(32));
+  const auto want = run(agg, "agg", prompt, 6);
+  m3::Engine d(model(), nullptr, pool(32));
+  d.enable_remote_prefill();
+  d.verify_remote(prompt, *rp);
+  EXPECT_EQ(rp->checksummed, 1u);  // page 0 verified here; page 1 is checked again on admission
+  m3::RequestKv kv;
+  kv.remote = rp;
+  EXPECT_EQ(run(d, "dec", prompt, 6, kv), want);
+  EXPECT_EQ(d.stats().remote_load_failures, 1);
+  EXPECT_EQ(d.stats().remote_pages_loaded, 1);
+  EXPECT_EQ(d.stats().prompt_tokens_computed, 40 - 16);
+}
+
 TEST(EngineKvLease, RefusesWhatItCannotServe) {
   m3::Engine e(model(), nullptr, pool(8));
   m3::RequestKv hold;
