@@ -5,6 +5,7 @@
 # (1) Through the proxy, greedy answers equal the aggregated engine's for chat and completions, streamed
 #     and not, with the same usage; the decode engine computes one prompt token per request (the last,
 #     for its logits), from its /metrics; the prefill engine's leases are read and its pages returned.
+#     A streamed prefill leg (chat, completions) carries kv_transfer_params on its last chunk.
 # (2) Forged remote_block_ids, forged or foreign remote_request_id and a stale lease: 400, never served.
 # (3) A lease not read within kv_lease_duration expires: its pages return (metrics), a later read is 400.
 # (4) The prefill engine dying mid-transfer (M3_KV_TRANSFER_FAULT: it exits after sending one page of
@@ -70,6 +71,8 @@ $PY compare "$URL_ref" "$URL_X" "$URL_D" || fail "proxy answers differ from the 
 [ "$($PY metric "$URL_P" m3serve:kv_leased_pages)" = 0 ] || fail "read leases still hold pages"
 total=$($PY metric "$URL_P" m3serve:kv_free_pages)
 [ "$($PY metric "$URL_D" m3serve:kv_remote_load_failures_total)" = 0 ] || fail "pulled pages failed verification"
+
+$PY streamed_legs "$URL_ref" "$URL_P" "$URL_D" || fail "streamed prefill legs"
 
 # (2)
 $PY forged "$URL_ref" "$URL_P" "$URL_D" || fail "forged reads"

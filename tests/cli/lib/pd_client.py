@@ -167,6 +167,40 @@ def cmd_decode(decode, ref, kvfile, expect):
         print(f"decode leg: HTTP {status} ({needle})")
 
 
+def cmd_streamed_legs(ref, prefill, decode):
+    """The prefill leg streamed (chat and completions): its last chunk carries kv_transfer_params, and a
+    decode leg with them answers as the aggregated engine does."""
+    for api in ("chat", "completions"):
+        path = "/v1/chat/completions" if api == "chat" else "/v1/completions"
+        body = {"max_tokens": 1, "temperature": 0, "stream": True, "kv_transfer_params": {"do_remote_decode": True}}
+        if api == "chat":
+            body["messages"] = [{"role": "user", "content": PROMPT}]
+        else:
+            body["prompt"] = PROMPT
+        status, _, data = post(prefill, path, body)
+        if status != 200:
+            sys.exit(f"streamed prefill leg ({api}): HTTP {status}: {data}")
+        kv = None
+        for block in data.split("\n\n"):
+            if block.startswith("data: {"):
+                j = json.loads(block[6:])
+                if j.get("kv_transfer_params"):
+                    if not j["choices"] or not j["choices"][0].get("finish_reason"):
+                        sys.exit(f"kv_transfer_params on a chunk that does not finish the choice: {block}")
+                    kv = j["kv_transfer_params"]
+        if not kv or not kv.get("remote_request_id"):
+            sys.exit(f"streamed prefill leg ({api}): no kv_transfer_params in its chunks: {data[-400:]}")
+        dbody = {k: v for k, v in body.items() if k not in ("stream",)}
+        dbody.update(max_tokens=8, ignore_eos=True, kv_transfer_params=kv)
+        status, _, data = post(decode, path, dbody)
+        want = answer(ref, api, PROMPT, False, 8)[0]
+        got = json.loads(data)["choices"][0]
+        got = got["message"]["content"] if api == "chat" else got["text"]
+        if status != 200 or got != want:
+            sys.exit(f"decode leg after a streamed prefill ({api}): HTTP {status}: {got!r}, want {want!r}")
+    print("streamed prefill legs carry kv_transfer_params on their last chunk (chat, completions)")
+
+
 def cmd_metric(url, name):
     v = get_metric(url, name)
     print("none" if v is None else int(v))
