@@ -75,15 +75,24 @@ void KvTransferServer::serve(Link& link) {
     leases_.end_read(rd->request_id, false, 0);
     return;
   }
-  std::string blob;
+  // Two buffers: page i+1 is exported (copy + checksum) while page i is on the wire.
+  std::string blob[2];
+  Link::Pending inflight;
+  bool have_inflight = false;
   int64_t bytes = 0;
   bool ok = true;
   for (size_t i = 0; i < rd->block_ids.size() && ok; ++i) {
-    engine_.export_leased_page(rd->block_ids[i], chain[i], blob);
-    ok = link.send(blob.data(), blob.size(), deadline()).empty();
-    bytes += int64_t(blob.size());
-    if (die_after_pages_ >= 0 && int(i) + 1 >= die_after_pages_) std::_Exit(137);
+    std::string& b = blob[i % 2];
+    engine_.export_leased_page(rd->block_ids[i], chain[i], b);
+    if (have_inflight) ok = link.finish_send(inflight, deadline()).empty();
+    if (!ok) break;
+    if (die_after_pages_ >= 0 && int(i) >= die_after_pages_) std::_Exit(137);
+    inflight = link.start_send(b.data(), b.size());
+    have_inflight = true;
+    bytes += int64_t(b.size());
   }
+  if (have_inflight && ok) ok = link.finish_send(inflight, deadline()).empty();
+  else if (have_inflight) link.finish_send(inflight, deadline());  // let the buffer go only once it is done
   // The lease is read once the decode engine says it has every page; until then it may try again.
   char ack = 0;
   ok = ok && link.recv(&ack, 1, deadline()).empty() && ack == 'K';

@@ -185,6 +185,26 @@ std::string Link::send(const void* data, size_t n, Deadline deadline) {
   return wait_request(ucp_stream_send_nbx(ep_, data, n, &rp), deadline, "send");
 }
 
+Link::Pending Link::start_send(const void* data, size_t n) {
+  Pending p;
+  if (!ep_ || broken()) {
+    p.error = "the connection is closed (" + status_text(failed_) + ")";
+    return p;
+  }
+  ucp_request_param_t rp{};
+  rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK;
+  rp.cb.send = [](void*, ucs_status_t, void*) {};
+  p.req = ucp_stream_send_nbx(ep_, data, n, &rp);
+  return p;
+}
+
+std::string Link::finish_send(Pending& p, Deadline deadline) {
+  if (!p.error.empty()) return p.error;
+  const ucs_status_ptr_t r = p.req;
+  p.req = nullptr;
+  return wait_request(r, deadline, "send");
+}
+
 std::string Link::recv(void* data, size_t n, Deadline deadline) {
   // Posted even on a link the peer closed: what it sent before closing may still be waiting here.
   if (!ep_) return "the connection is closed (" + status_text(failed_) + ")";

@@ -63,6 +63,14 @@ class Link {
   std::string send(const void* data, size_t n, Deadline deadline);
   std::string recv(void* data, size_t n, Deadline deadline);
   std::string send_frame(const std::string& body, Deadline deadline);
+  // A send left in flight (the bytes must stay unchanged until finish_send), so that the caller can
+  // prepare the next buffer meanwhile; sends arrive in the order they were started.
+  struct Pending {
+    ucs_status_ptr_t req = nullptr;
+    std::string error;  // failed at once
+  };
+  Pending start_send(const void* data, size_t n);
+  std::string finish_send(Pending& p, Deadline deadline);
   std::string recv_frame(std::string& body, size_t max_bytes, Deadline deadline);
   bool broken() const { return failed_ != UCS_OK; }
 
