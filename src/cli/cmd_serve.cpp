@@ -236,7 +236,15 @@ void run_serve(ServeOpts& o, CLI::App* sub) {
     ctx.kv_fail_on_load_error = ktc.load_failure_policy == "fail";
     if (n.producer()) {
       engine.enable_kv_leases(std::chrono::milliseconds(int64_t(n.lease_seconds * 1000)));
-      kv_server = std::make_unique<transfer::KvTransferServer>(ucx, engine, hello, n.host, n.port);
+      try {
+        kv_server = std::make_unique<transfer::KvTransferServer>(ucx, engine, hello, n.host, n.port);
+      } catch (const Error& e) {
+        // The listener's port travels in every prefill answer (remote_port), so without an explicit
+        // kv_port a busy default (another engine on this host) gives way to any free port.
+        if (n.port_given) throw;
+        std::fprintf(stderr, "[m3serve] %s; listening on any free port instead (give kv_port to insist)\n", e.what());
+        kv_server = std::make_unique<transfer::KvTransferServer>(ucx, engine, hello, n.host, 0);
+      }
       ctx.kv_producer = true;
       ctx.kv_host = n.host;
       ctx.kv_port = kv_server->port();

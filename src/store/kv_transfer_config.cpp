@@ -137,6 +137,7 @@ void connector(const json& c, const std::string& where, KvTransferConfig& out, b
       if (!p.is_number_integer() || p.get<int64_t>() < 0 || p.get<int64_t>() > 65535)
         throw Error(where + ": kv_port must be an integer in [0, 65535] (0: any free port)");
       n.port = int(p.get<int64_t>());
+      n.port_given = true;
     }
     for (auto it = extra.begin(); it != extra.end(); ++it) {
       const std::string& k = it.key();

@@ -36,6 +36,7 @@ struct KvTransferConfig {
     std::string engine_id;  // empty: a random one
     std::string host = "127.0.0.1";
     int port = 5600;  // vLLM's VLLM_NIXL_SIDE_CHANNEL_PORT default
+    bool port_given = false;  // kv_port set: it must be had; the default gives way to any free port
     double lease_seconds = 480;
     bool producer() const { return role == "kv_producer" || role == "kv_both"; }
     bool consumer() const { return role == "kv_consumer" || role == "kv_both"; }

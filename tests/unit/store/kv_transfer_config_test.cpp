@@ -93,6 +93,7 @@ TEST(KvTransferConfig, NixlConnectorConfiguresDisaggregation) {
   EXPECT_FALSE(c.nixl->consumer());
   EXPECT_EQ(c.nixl->engine_id, "p0");
   EXPECT_EQ(c.nixl->port, 0);
+  EXPECT_TRUE(c.nixl->port_given);
   EXPECT_DOUBLE_EQ(c.nixl->lease_seconds, 2.5);
   EXPECT_EQ(c.load_failure_policy, "fail");
   EXPECT_TRUE(has(c.not_applicable, "engine_ttl"));
@@ -110,6 +111,7 @@ TEST(KvTransferConfig, NixlConnectorConfiguresDisaggregation) {
   EXPECT_TRUE(d.nixl->producer() && d.nixl->consumer());
   EXPECT_DOUBLE_EQ(d.nixl->lease_seconds, 480);  // vLLM's VLLM_NIXL_ABORT_REQUEST_TIMEOUT
   EXPECT_EQ(d.nixl->port, 5600);
+  EXPECT_FALSE(d.nixl->port_given);  // a busy default gives way to any free port (cmd_serve)
 }
 
 TEST(KvTransferConfig, NixlConnectorRefusesWhatItCannotServe) {
