@@ -11,6 +11,7 @@
 #include <fstream>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
+#include <random>
 #include <sstream>
 
 #include "cli/commands.h"
@@ -23,6 +24,8 @@
 #include "model/model.h"
 #include "server/http_server.h"
 #include "tokenizer/tokenizer.h"
+#include "transfer/kv_transfer_client.h"
+#include "transfer/kv_transfer_server.h"
 
 namespace m3::cli {
 
@@ -210,6 +213,59 @@ void run_serve(ServeOpts& o, CLI::App* sub) {
     std::fprintf(stderr, "[m3serve] %s\n", kvc.describe().c_str());
   }
 
+  // Prefill/decode disaggregation (--kv-transfer-config NixlConnector): a producer leases prompts' pages
+  // and serves them on its UCX listener; a consumer pulls them for do_remote_prefill requests.
+  std::shared_ptr<transfer::UcxContext> ucx;
+  std::unique_ptr<transfer::KvTransferServer> kv_server;
+  std::unique_ptr<transfer::UcxKvFetcher> kv_fetcher;
+  if (ktc.nixl) {
+    const auto& n = *ktc.nixl;
+    std::string engine_id = n.engine_id;
+    if (engine_id.empty()) {
+      std::random_device rd;
+      engine_id = fmt::format("{:08x}-{:08x}", rd(), rd());
+    }
+    transfer::Hello hello;
+    hello.layout_id = engine.kv_layout_id();
+    hello.block_size = engine.block_size();
+    hello.dtypes = engine.kv_dtypes();
+    hello.page_bytes = engine.kv_page_blob_bytes();
+    hello.engine_id = engine_id;
+    ucx = std::make_shared<transfer::UcxContext>();
+    ctx.kv_engine_id = engine_id;
+    ctx.kv_fail_on_load_error = ktc.load_failure_policy == "fail";
+    if (n.producer()) {
+      engine.enable_kv_leases(std::chrono::milliseconds(int64_t(n.lease_seconds * 1000)));
+      try {
+        kv_server = std::make_unique<transfer::KvTransferServer>(ucx, engine, hello, n.host, n.port);
+      } catch (const Error& e) {
+        // The listener's port travels in every prefill answer (remote_port), so without an explicit
+        // kv_port a busy default (another engine on this host) gives way to any free port.
+        if (n.port_given) throw;
+        std::fprintf(stderr, "[m3serve] %s; listening on any free port instead (give kv_port to insist)\n", e.what());
+        kv_server = std::make_unique<transfer::KvTransferServer>(ucx, engine, hello, n.host, 0);
+      }
+      ctx.kv_producer = true;
+      ctx.kv_host = n.host;
+      ctx.kv_port = kv_server->port();
+    }
+    if (n.consumer()) {
+      kv_fetcher = std::make_unique<transfer::UcxKvFetcher>(ucx, hello);
+      engine.enable_remote_prefill();
+      ctx.kv_consumer = true;
+      ctx.kv_fetcher = kv_fetcher.get();
+    }
+    std::fprintf(stderr,
+                 "[m3serve] P/D disaggregation (NixlConnector, kv_role %s, engine id %s): %s%s; KV pages of %llu "
+                 "bytes over UCX; kv_load_failure_policy %s\n",
+                 n.role.c_str(), engine_id.c_str(),
+                 kv_server ? fmt::format("KV transfer listening on {}:{}, leases of {} s", n.host, kv_server->port(),
+                                         n.lease_seconds).c_str()
+                           : "no listener",
+                 kv_fetcher ? ", pulls remote prefills" : "", (unsigned long long)hello.page_bytes,
+                 ktc.load_failure_policy.c_str());
+  }
+
   ctx.served_names = o.served_names.empty() ? std::vector<std::string>{ref} : o.served_names;
   ctx.model_path = ref;
   ctx.tok = &tok;
@@ -241,6 +297,22 @@ void run_serve(ServeOpts& o, CLI::App* sub) {
           "# TYPE m3serve:kv_events_dropped_total counter\nm3serve:kv_events_dropped_total {}\n",
           ks.published, ks.events, ks.dropped);
     };
+  if (kv_fetcher) {
+    auto before = std::move(ho.extra_metrics);
+    ho.extra_metrics = [before, f = kv_fetcher.get()] {
+      const auto s = f->stats();
+      std::string out = before ? before() : std::string();
+      auto m = [&](const char* name, const char* type, const char* help, double v) {
+        out += fmt::format("# HELP m3serve:{} {}\n# TYPE m3serve:{} {}\nm3serve:{} {}\n", name, help, name, type, name, v);
+      };
+      m("kv_transfer_fetches_total", "counter", "KV pulls from prefill engines.", double(s.fetches));
+      m("kv_transfer_refused_total", "counter", "KV pulls the prefill engine refused (answered 400).", double(s.refused));
+      m("kv_transfer_failed_total", "counter", "KV pulls that broke (kv_load_failure_policy applied).", double(s.failed));
+      m("kv_transfer_received_bytes_total", "counter", "KV page bytes pulled.", double(s.bytes));
+      m("kv_transfer_seconds_total", "counter", "Wall time of successful KV pulls.", s.seconds);
+      return out;
+    };
+  }
   ho.host = o.host;
   ho.port = o.port;
   ho.api_key = o.api_key;
@@ -370,8 +442,9 @@ void register_serve(CLI::App& app) {
   sub->add_option("--quantization-config.moe", o->quant_moe, "Not applicable (GPU MoE re-quantization)");
   sub->add_option("--kv-transfer-config", o->kv_transfer_config,
                   "vLLM's JSON: RedisConnector (a KV tier shared by engines: {\"kv_connector\": \"RedisConnector\", "
-                  "\"kv_connector_extra_config\": {\"url\": \"redis://HOST:PORT\"}}); GPU connectors accepted "
-                  "without effect");
+                  "\"kv_connector_extra_config\": {\"url\": \"redis://HOST:PORT\"}}); NixlConnector (prefill/decode "
+                  "disaggregation over UCX: kv_role kv_producer|kv_consumer|kv_both, kv_ip, kv_port, "
+                  "kv_connector_extra_config {\"kv_lease_duration\": seconds}); GPU connectors accepted without effect");
   sub->add_option("--kv-events-config", o->kv_events_config,
                   "KV cache events for KV-aware routers, vLLM's JSON: '{\"enable_kv_cache_events\": true, "
                   "\"publisher\": \"zmq\", \"endpoint\": \"tcp://*:5557\", \"replay_endpoint\": ..., \"topic\": ...}'");

@@ -36,6 +36,7 @@ int main(int argc, char** argv) {
   m3::cli::register_make_model(app);
   m3::cli::register_serve(app);
   m3::cli::register_bench(app);
+  m3::cli::register_proxy(app);
   // vLLM's multi-letter short flags (-tp 4, -dp 2) are not expressible in CLI11; spell them out.
   std::vector<std::string> args(argv, argv + argc);
   for (auto& a : args) {

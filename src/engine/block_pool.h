@@ -29,6 +29,8 @@ class BlockPool {
   // evicted last; uncached ones at the front).
   void release(int32_t b);
   int32_t refcount(int32_t b) const { return ref_[b]; }
+  // One more reference to a page already held (a lease keeps a finished request's pages).
+  void retain(int32_t b) { ++ref_[b]; }
 
   // Prefix cache: the page holding (parent, tokens[0..B)) if cached; takes a reference to it.
   int32_t acquire_cached(uint64_t hash, uint64_t parent, const int32_t* tokens);

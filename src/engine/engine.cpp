@@ -166,6 +166,81 @@ class TierLoader : public PrefixLoader {
 };
 }  // namespace
 
+namespace {
+// Pulled pages go through the same codec as tier pages: a page is taken only when it is this model and
+// cache layout, this place in the prompt's chain, these tokens, and its checksum holds.
+class CodecImporter : public RemoteImporter {
+ public:
+  CodecImporter(KvPageCodec& codec, EngineStats& st) : codec_(codec), st_(st) {}
+  std::string import(const std::string& blob, const TransferPage& p, int32_t page, bool checksummed) override {
+    std::string why = codec_.import_page(blob, page, p.hash, p.parent, p.tokens.data(), checksummed);
+    if (why.empty()) ++st_.remote_pages_loaded;
+    else ++st_.remote_load_failures;
+    return why;
+  }
+
+ private:
+  KvPageCodec& codec_;
+  EngineStats& st_;
+};
+}  // namespace
+
+void Engine::enable_kv_leases(std::chrono::milliseconds duration) {
+  if (duration.count() <= 0) throw Error("kv_lease_duration must be positive");
+  codec();  // made here, on the engine's thread, before any transfer thread exports with it
+  leases_ = std::make_unique<KvLeaseTable>(duration);
+}
+
+void Engine::enable_remote_prefill() {
+  if (importer_) return;
+  importer_ = std::make_unique<CodecImporter>(codec(), stats_);
+  sched_->set_remote_importer(importer_.get());
+}
+
+void Engine::verify_remote(const std::vector<int32_t>& prompt, RemotePrefill& rp) const {
+  if (!codec_) return;
+  const std::vector<TransferPage> chain = transfer_chain(prompt, block_size_);
+  size_t i = 0;
+  while (i < rp.blobs.size() && i < chain.size() &&
+         codec_->verify(rp.blobs[i], chain[i].hash, chain[i].parent, chain[i].tokens.data()).empty())
+    ++i;
+  rp.checksummed = i;  // a page that fails is checked again, and refused with its reason, on admission
+}
+
+void Engine::export_leased_page(int32_t page, const TransferPage& p, std::string& out) const {
+  codec_->export_page(page, p.hash, p.parent, p.tokens.data(), out);
+}
+
+void Engine::housekeeping() {
+  if (!leases_) return;
+  for (int32_t b : leases_->take_released(std::chrono::steady_clock::now())) blocks_->release(b);
+}
+
+std::optional<std::chrono::steady_clock::time_point> Engine::next_timer() const {
+  if (!leases_) return std::nullopt;
+  return leases_->next_deadline();
+}
+
+std::string Engine::kv_dtypes() const {
+  return std::string("kv ") + kv_dtype_name(kv_dtype_) + " ik " + kv_dtype_name(ik_dtype_) +
+         (spec_ ? spec_->layout_extra() : std::string());
+}
+
+// The prompt's pages stay, referenced by the lease, when the request ends; the decode engine reads
+// them by the lease's id, or they return to the pool when it expires (housekeeping).
+void Engine::lease_pages(Sequence* s, RequestOutput& out) {
+  const int64_t P = int64_t(s->prompt.size());
+  const size_t n = size_t((P + block_size_ - 1) / block_size_);
+  if (s->num_computed < P || s->blocks.size() < n) return;
+  std::vector<int32_t> pages(s->blocks.begin(), s->blocks.begin() + long(n));
+  for (int32_t b : pages) blocks_->retain(b);
+  KvLeaseInfo info;
+  info.block_ids = pages;
+  info.request_id = leases_->grant(std::move(pages), transfer_chain(s->prompt, block_size_),
+                                   std::chrono::steady_clock::now());
+  out.kv_lease = std::move(info);
+}
+
 KvPageCodec& Engine::codec() {
   if (!codec_) {
     std::string extra = std::string("kv ") + kv_dtype_name(kv_dtype_) + " ik " + kv_dtype_name(ik_dtype_) +
@@ -258,7 +333,7 @@ std::string Engine::describe() const {
 }
 
 void Engine::add_request(const std::string& id, std::vector<int32_t> prompt, const SamplingParams& params,
-                         const TextOptions& text) {
+                         const TextOptions& text, const RequestKv& kv) {
   params.validate();
   if (seqs_.count(id)) throw Error("request id \"" + id + "\" is already in use");
   if (prompt.empty()) throw Error("the prompt is empty (at least one token is needed)");
@@ -279,8 +354,25 @@ void Engine::add_request(const std::string& id, std::vector<int32_t> prompt, con
                 std::to_string(params.max_tokens) + ": " + std::to_string(plen + params.max_tokens) +
                 " tokens, but " + limit + "; ask for at most " + std::to_string(max_model_len_ - plen) +
                 " tokens");
+  if (kv.hold_for_remote && !leases_)
+    throw Error("kv_transfer_params do_remote_decode: this engine holds no KV for other engines (start it with "
+                "--kv-transfer-config '{\"kv_connector\": \"NixlConnector\", \"kv_role\": \"kv_producer\"}')");
+  if (kv.remote) {
+    const size_t pages = size_t((plen + block_size_ - 1) / block_size_);
+    if (kv.remote->blobs.size() != pages)
+      throw Error("kv_transfer_params: " + std::to_string(kv.remote->blobs.size()) + " KV pages were pulled, but the " +
+                  "prompt of " + std::to_string(plen) + " tokens fills " + std::to_string(pages) + " pages of " +
+                  std::to_string(block_size_) + " tokens");
+    enable_remote_prefill();
+  }
   auto s = std::make_unique<Sequence>();
   s->id = next_id_++;
+  s->kv_hold = kv.hold_for_remote;
+  if (kv.remote) {
+    s->remote = kv.remote;
+    s->fetch_started = true;  // its prefix comes from the pulled pages, not a tier
+    ++stats_.remote_prefills;
+  }
   s->request_id = id;
   s->prompt = std::move(prompt);
   s->params = params;
@@ -347,6 +439,7 @@ void Engine::finish_text(Sequence* s, RequestOutput& out) {
 void Engine::finish(Sequence* s, FinishReason r, RequestOutput& out) {
   s->finish = r;
   finish_text(s, out);
+  if (s->kv_hold && leases_ && (r == FinishReason::Stop || r == FinishReason::Length)) lease_pages(s, out);
   sched_->finish(s);
   out.finished = true;
   out.finish_reason = r;
@@ -404,6 +497,7 @@ bool Engine::emit(Sequence* s, int32_t t, const float* logits, RequestOutput& ou
 
 std::vector<RequestOutput> Engine::step() {
   std::vector<RequestOutput> outs;
+  housekeeping();
   std::vector<ScheduledChunk> plan = sched_->schedule();
   // Requests whose prefix failed to load under kv_load_failure_policy "fail" end here, with the reason.
   for (auto& [s, why] : sched_->take_load_failures()) {
@@ -534,6 +628,10 @@ EngineStats Engine::stats() const {
   if (shared_) {
     s.has_shared_tier = true;
     s.shared_tier = shared_->stats();
+  }
+  if (leases_) {
+    s.has_leases = true;
+    s.leases = leases_->stats();
   }
   return s;
 }

@@ -3,6 +3,7 @@
 // scheduled chunks of every sequence, then samples, applies stop rules and reports outputs.
 // Single-threaded: the caller drives step(); the server runs it on its own thread.
 #pragma once
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -13,6 +14,7 @@
 #include "engine/block_pool.h"
 #include "engine/kv_events.h"
 #include "engine/kv_format.h"
+#include "engine/kv_lease.h"
 #include "engine/kv_page_codec.h"
 #include "engine/kv_tier.h"
 #include "engine/kv_pool.h"
@@ -72,6 +74,15 @@ struct RequestOutput {
   std::string error;  // finish_reason Error: what went wrong (e.g. a KV cache page that failed to load)
   int64_t num_prompt_tokens = 0;
   int64_t num_cached_tokens = 0;
+  // A finished request that asked to hold its prompt's pages for another engine (kv_transfer_params
+  // do_remote_decode): the lease that holds them.
+  std::optional<KvLeaseInfo> kv_lease;
+};
+
+// Prefill/decode disaggregation for one request (kv_transfer_params).
+struct RequestKv {
+  bool hold_for_remote = false;                  // do_remote_decode: lease the prompt's pages at the end
+  std::shared_ptr<const RemotePrefill> remote;   // do_remote_prefill: the prompt's pages, pulled
 };
 
 struct EngineStats {
@@ -95,6 +106,12 @@ struct EngineStats {
   bool has_tier = false, has_shared_tier = false;
   KvTierStats tier;                  // the local tier's own counters
   KvTierStats shared_tier;           // the shared tier's
+  // Prefill/decode disaggregation.
+  bool has_leases = false;
+  KvLeaseStats leases;               // prefill side: pages held for decode engines
+  int64_t remote_prefills = 0;       // decode side: requests whose prompt KV came from another engine
+  int64_t remote_pages_loaded = 0;   // pages imported from it
+  int64_t remote_load_failures = 0;  // pulled pages that did not verify (recomputed or failed, by policy)
 };
 
 class Engine {
@@ -108,8 +125,10 @@ class Engine {
   // max-model-len, bad params, duplicate id). Every request accepted runs to completion: at most
   // max-model-len tokens, which the pool holds alone.
   // `text`: how its text deltas are made (special tokens, stop string kept, held back for streams).
+  // `kv`: prefill/decode disaggregation (hold the prompt's pages for another engine, or start from
+  // pages pulled from one; a remote prefill must hold one page per block of the prompt).
   void add_request(const std::string& id, std::vector<int32_t> prompt, const SamplingParams& params,
-                   const TextOptions& text = {});
+                   const TextOptions& text = {}, const RequestKv& kv = {});
   // Ends a request at once and frees its pages; returns false if it is unknown or finished. `out`
   // (may be null) gets its final output: finished, Abort, and the text that was still held back.
   bool abort(const std::string& id, RequestOutput* out = nullptr);
@@ -122,6 +141,27 @@ class Engine {
   // Drops every cached page identity (vLLM's /reset_prefix_cache); running requests go on. Emits
   // AllBlocksCleared. Returns false when prefix caching is off.
   bool reset_prefix_cache();
+
+  // Prefill side of P/D disaggregation: requests with hold_for_remote leave their prompt's pages under a
+  // lease of `duration` (read once by a decode engine, or expired). Makes the page codec the transfer
+  // server exports with.
+  void enable_kv_leases(std::chrono::milliseconds duration);
+  KvLeaseTable* kv_leases() { return leases_.get(); }
+  // Exports a leased page as a blob (kv_page_codec). Safe from the transfer thread: a leased page is
+  // held, so the engine neither reuses nor writes it.
+  void export_leased_page(int32_t page, const TransferPage& p, std::string& out) const;
+  // Decode side: makes the codec and importer pulled pages go through (else made at the first such
+  // request). Call before serving, so that verify_remote may run on other threads.
+  void enable_remote_prefill();
+  // Verifies pulled pages against `prompt` (header and checksum) on the calling thread, so that the
+  // engine thread only copies them in: the checksum of a long prompt's pages would stall every other
+  // request's step. Thread-safe once enable_remote_prefill ran (the codec is only read).
+  void verify_remote(const std::vector<int32_t>& prompt, RemotePrefill& rp) const;
+  // Timers the engine loop drives without work: returns expired and read leases' pages to the pool.
+  void housekeeping();
+  std::optional<std::chrono::steady_clock::time_point> next_timer() const;
+  // "kv bf16 ik bf16" and the like: the cache dtypes, for the transfer handshake.
+  std::string kv_dtypes() const;
 
   EngineStats stats() const;
   const EngineConfig& config() const { return cfg_; }
@@ -186,6 +226,10 @@ class Engine {
   std::unique_ptr<KvTier> shared_;
   std::string blob_, shared_blob_;  // scratch for one page
   std::vector<KvCacheEvent> kv_events_;  // this step's, recorded by the block pool while a sink is set
+
+  std::unique_ptr<KvLeaseTable> leases_;       // null unless enable_kv_leases
+  std::unique_ptr<RemoteImporter> importer_;   // imports pulled pages for the scheduler
+  void lease_pages(Sequence* s, RequestOutput& out);
 
   std::unique_ptr<Speculator> spec_;  // null when speculative decoding is off
   std::vector<ScheduledChunk> accepted_chunks_;

@@ -33,13 +33,20 @@ class KvPageCodec {
   void export_page(int32_t page, uint64_t hash, uint64_t parent, const int32_t* tokens, std::string& out);
   // Checks the blob against (layout, hash, parent, tokens) and its checksum, then copies it into
   // `page`. Returns an empty string on success, else what did not match (the page is left unchanged).
-  std::string import_page(std::string_view blob, int32_t page, uint64_t hash, uint64_t parent, const int32_t* tokens);
+  // `checksum_known_good`: the payload's checksum was already verified (verify() on another thread),
+  // so only the header is checked here.
+  std::string import_page(std::string_view blob, int32_t page, uint64_t hash, uint64_t parent, const int32_t* tokens,
+                          bool checksum_known_good = false);
+  // import_page's checks without the copy: "" or what did not match. Reads only the blob and the codec's
+  // fixed fields, so any thread may call it (P/D: pulled pages are verified off the engine thread).
+  std::string verify(std::string_view blob, uint64_t hash, uint64_t parent, const int32_t* tokens) const;
   // The header's hash and parent, if the blob has a valid header of this layout (for rebuilding an
   // index of stored pages); false otherwise.
   bool peek(std::string_view blob, uint64_t* hash, uint64_t* parent) const;
 
  private:
   size_t header_bytes() const;
+  std::string check_header(std::string_view blob, uint64_t hash, uint64_t parent, const int32_t* tokens) const;
   KVPool& target_;
   KVPool* draft_;
   uint64_t layout_id_;

@@ -90,6 +90,50 @@ int64_t Scheduler::prefix_hit(Sequence* s) {
   return s->num_computed;
 }
 
+int64_t Scheduler::remote_hit(Sequence* s) {
+  const int B = cfg_.block_size;
+  const int64_t P = int64_t(s->prompt.size());
+  const std::vector<TransferPage> chain = transfer_chain(s->prompt, B);
+  // The last prompt token is computed here again (its logits give the first token, as in vLLM), so the
+  // page it lands in is not published before that step: pages entirely before it are.
+  const size_t publish = size_t((P - 1) / B);
+  size_t i = 0;
+  std::string why;
+  for (; i < chain.size(); ++i) {
+    const int32_t b = pool_.allocate();
+    if (b < 0) break;  // the pool is full now: what is missing is computed (admission decides when)
+    why = importer_->import(s->remote->blobs[i], chain[i], b, i < s->remote->checksummed);
+    if (!why.empty()) {
+      pool_.release(b);
+      why = "KV page " + std::to_string(i) + " pulled from " + s->remote->source + " does not fit this prompt: " + why;
+      break;
+    }
+    s->blocks.push_back(b);
+    if (i < publish) {
+      pool_.publish(b, chain[i].hash, chain[i].parent, chain[i].tokens.data());
+      s->block_hashes.push_back(chain[i].hash);
+    }
+  }
+  if (i == chain.size()) {
+    s->num_computed = P - 1;
+    return s->num_computed;
+  }
+  if (!why.empty() && cfg_.fail_on_load_error) {
+    release_pages(s);
+    load_failures_.emplace_back(s, why);
+    return -1;
+  }
+  // Recompute from the last page that both arrived and may be published.
+  const size_t good = std::min(i, publish);
+  while (s->blocks.size() > good) {
+    pool_.release(s->blocks.back());
+    s->blocks.pop_back();
+  }
+  s->block_hashes.resize(good);
+  s->num_computed = int64_t(good) * B;
+  return s->num_computed;
+}
+
 bool Scheduler::start_fetch(Sequence* s) {
   s->fetch_started = true;
   const int B = cfg_.block_size;
@@ -166,7 +210,7 @@ std::vector<ScheduledChunk> Scheduler::schedule() {
       fetching_.push_back(s);
       continue;
     }
-    const int64_t hit = prefix_hit(s);
+    const int64_t hit = s->remote && importer_ ? remote_hit(s) : prefix_hit(s);
     if (hit < 0) {  // its prefix failed to load and the policy is to fail it: the engine ends it
       waiting_.pop_front();
       continue;
@@ -188,8 +232,12 @@ std::vector<ScheduledChunk> Scheduler::schedule() {
     if (!s->admitted_once) {
       s->admitted_once = true;
       s->num_cached_tokens = hit;
-      stats_.prefix_queries += s->num_tokens();
-      stats_.prefix_hits += hit;
+      // Pages pulled from a prefill engine are not this engine's prefix cache hits (vllm:prefix_cache_*).
+      if (!s->remote) {
+        stats_.prefix_queries += s->num_tokens();
+        stats_.prefix_hits += hit;
+      }
+      s->remote.reset();  // imported: the pulled bytes are no longer needed (a preemption recomputes)
     }
     waiting_.pop_front();
     s->status = Sequence::Status::Running;

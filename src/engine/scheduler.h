@@ -65,6 +65,14 @@ class PrefixLoader {
   virtual void wait_fetch(std::chrono::milliseconds timeout) {}
 };
 
+// P/D disaggregation: imports a page pulled from another engine into `page` after checking it is page
+// `p` of the prompt's transfer chain; returns "" or why not (the page is then unchanged).
+class RemoteImporter {
+ public:
+  virtual ~RemoteImporter() = default;
+  virtual std::string import(const std::string& blob, const TransferPage& p, int32_t page, bool checksummed) = 0;
+};
+
 class Scheduler {
  public:
   Scheduler(const SchedulerConfig& cfg, BlockPool& pool);
@@ -88,6 +96,8 @@ class Scheduler {
   const SchedulerConfig& config() const { return cfg_; }
   // A prefix lookup that misses the pool asks `loader` (null: none) before recomputing.
   void set_prefix_loader(PrefixLoader* loader) { loader_ = loader; }
+  // Sequences with pulled pages (Sequence::remote) take them through `importer` at first admission.
+  void set_remote_importer(RemoteImporter* importer) { importer_ = importer; }
   // Called for each page that a step completed and that entered the prefix cache; `from_decode`: the
   // page holds generated tokens (a shared tier writes pages then).
   using ComputedFn =
@@ -102,6 +112,7 @@ class Scheduler {
   void release_pages(Sequence* s);
   void preempt(Sequence* s);
   int64_t prefix_hit(Sequence* s);  // acquires cached pages; returns hit tokens, -1 for a failed load
+  int64_t remote_hit(Sequence* s);  // the same from pulled pages (Sequence::remote)
   // First admission with an asynchronous tier: starts fetching the prefix pages the pool lacks; true
   // when s must wait for them.
   bool start_fetch(Sequence* s);
@@ -114,6 +125,7 @@ class Scheduler {
   SchedulerStats stats_;
   std::vector<int32_t> page_tokens_;  // commit(): the tokens of the page being published
   PrefixLoader* loader_ = nullptr;
+  RemoteImporter* importer_ = nullptr;
   ComputedFn on_computed_;
   std::vector<std::pair<Sequence*, std::string>> load_failures_;
 };

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/kv_lease.h"
 #include "engine/sampler.h"
 #include "engine/output_processor.h"
 #include "structured/matcher.h"
@@ -33,6 +34,10 @@ struct Sequence {
   bool admitted_once = false;
   bool fetch_started = false;  // its prefix pages were asked of an asynchronous tier
   int num_preemptions = 0;
+  // P/D disaggregation: hold the prompt's pages for a decode engine when done; or the prompt's pages as
+  // pulled from a prefill engine, imported at first admission (then dropped).
+  bool kv_hold = false;
+  std::shared_ptr<const RemotePrefill> remote;
 
   enum class Status { Waiting, Running, Finished } status = Status::Waiting;
   FinishReason finish = FinishReason::None;

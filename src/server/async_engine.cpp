@@ -43,11 +43,23 @@ void OutputStream::fail(const std::string& why) {
 
 AsyncEngine::AsyncEngine(Engine& engine, Metrics& metrics, size_t max_waiting)
     : engine_(engine), metrics_(metrics), max_waiting_(max_waiting) {
+  if (engine_.kv_leases()) engine_.kv_leases()->set_notify([this] { poke(); });
   publish_stats();
   thread_ = std::thread([this] { loop(); });
 }
 
-AsyncEngine::~AsyncEngine() { stop(); }
+AsyncEngine::~AsyncEngine() {
+  if (engine_.kv_leases()) engine_.kv_leases()->set_notify(nullptr);
+  stop();
+}
+
+void AsyncEngine::poke() {
+  {
+    std::lock_guard lk(mu_);
+    poke_ = true;
+  }
+  cv_.notify_all();
+}
 
 void AsyncEngine::stop() {
   {
@@ -146,8 +158,16 @@ void AsyncEngine::dispatch(std::vector<RequestOutput>& outs) {
 void AsyncEngine::loop() {
   std::unique_lock lk(mu_);
   for (;;) {
-    cv_.wait(lk, [&] { return stop_ || !submits_.empty() || !aborts_.empty() || engine_.has_work(); });
+    auto ready = [&] { return stop_ || poke_ || !submits_.empty() || !aborts_.empty() || engine_.has_work(); };
+    // The engine's timers (KV leases) run even when there is no work: wake at the next deadline.
+    if (const auto t = engine_.next_timer()) cv_.wait_until(lk, *t, ready);
+    else cv_.wait(lk, ready);
     if (stop_) break;
+    if (poke_ || !engine_.has_work()) {
+      poke_ = false;
+      engine_.housekeeping();
+      publish_stats();
+    }
     // Admissions and aborts happen between steps, under the lock (the engine is single-threaded).
     const bool admitted = !submits_.empty();
     while (!submits_.empty()) {
@@ -157,7 +177,7 @@ void AsyncEngine::loop() {
       std::vector<std::string> added;
       try {
         for (auto& r : p->reqs) {
-          engine_.add_request(r.id, r.prompt, r.params, r.text);
+          engine_.add_request(r.id, r.prompt, r.params, r.text, r.kv);
           added.push_back(r.id);
         }
         const auto now = std::chrono::steady_clock::now();

@@ -45,6 +45,7 @@ struct EngineRequest {
   std::vector<int32_t> prompt;
   SamplingParams params;
   TextOptions text;  // how the engine makes its text deltas
+  RequestKv kv;      // P/D disaggregation (kv_transfer_params)
 };
 
 class AsyncEngine {
@@ -63,6 +64,10 @@ class AsyncEngine {
   // Stops the engine thread; running requests are aborted.
   void stop();
   bool alive() const;
+  // P/D: verifies pulled pages on the calling thread (Engine::verify_remote; thread-safe).
+  void verify_remote(const std::vector<int32_t>& prompt, RemotePrefill& rp) const { engine_.verify_remote(prompt, rp); }
+  // Wakes the engine thread for its timers (a KV lease read by another engine: its pages go back).
+  void poke();
   EngineStats stats() const;
 
  private:
@@ -95,6 +100,7 @@ class AsyncEngine {
   mutable std::mutex stats_mu_;  // guards stats_ only: readers never wait for a step
   EngineStats stats_;            // snapshot published after each step
   std::atomic<bool> stop_{false}, dead_{false};
+  bool poke_ = false;  // guarded by mu_
   std::thread thread_;
 };
 

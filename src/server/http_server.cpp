@@ -95,7 +95,48 @@ struct Call {
   int idle_waits = 0;
   // Responses / Messages: the chat output rewritten into that API's body and events (null: chat / completions).
   std::unique_ptr<ApiOutput> api;
+  // do_remote_decode: the lease on the prompt's pages, from the finished output.
+  std::optional<KvLeaseInfo> lease;
 };
+
+// The kv_transfer_params of a response (vLLM's NixlConnector fields): where a decode engine pulls the
+// prompt's pages from, or null (not leased: the request failed, or did not ask).
+ojson kv_params_json(const Call& c, const ServerContext& ctx) {
+  if (!c.lease) return nullptr;
+  ojson j;
+  j["do_remote_prefill"] = true;
+  j["do_remote_decode"] = false;
+  j["remote_engine_id"] = ctx.kv_engine_id;
+  j["remote_block_ids"] = c.lease->block_ids;
+  j["remote_host"] = ctx.kv_host;
+  j["remote_port"] = ctx.kv_port;
+  j["remote_request_id"] = c.lease->request_id;
+  j["tp_size"] = 1;
+  return j;
+}
+
+// do_remote_prefill: pulls the prompt's pages from the prefill engine before the request is submitted
+// (on this worker thread, off the engine's). A refusal is the client's fault (400); a broken transfer
+// follows kv_load_failure_policy: recompute the prompt here, or fail the request.
+std::shared_ptr<const RemotePrefill> pull_remote_prefill(AsyncEngine& ae, const ServerContext& ctx, const RemoteKvRef& ref,
+                                                         const std::vector<int32_t>& prompt) {
+  auto rp = std::make_shared<RemotePrefill>();
+  rp->source = ref.host + ":" + std::to_string(ref.port);
+  const FetchResult r = ctx.kv_fetcher->fetch(ref, rp->blobs);
+  if (r.status == FetchStatus::Ok) {
+    ae.verify_remote(prompt, *rp);  // here, on this worker thread: the engine thread only copies
+    return rp;
+  }
+  if (r.status == FetchStatus::Refused)
+    throw bad_request("kv_transfer_params: the prefill engine at " + rp->source + " refused the KV read: " + r.why,
+                      "kv_transfer_params");
+  if (ctx.kv_fail_on_load_error)
+    throw ApiError(500, "the KV transfer from the prefill engine at " + rp->source + " failed: " + r.why +
+                            " (kv_load_failure_policy \"fail\")");
+  std::fprintf(stderr, "[m3serve] KV transfer from %s failed (%s): the prompt is recomputed here "
+               "(kv_load_failure_policy \"recompute\")\n", rp->source.c_str(), r.why.c_str());
+  return nullptr;
+}
 
 std::shared_ptr<Call> start_call(AsyncEngine& ae, const ServerContext& ctx, ParsedRequest pr, const char* prefix) {
   auto c = std::make_shared<Call>();
@@ -103,6 +144,8 @@ std::shared_ptr<Call> start_call(AsyncEngine& ae, const ServerContext& ctx, Pars
   c->id = make_id(prefix);
   c->model = c->pr.model;
   c->created = now_s();
+  std::shared_ptr<const RemotePrefill> remote;
+  if (c->pr.kv_remote) remote = pull_remote_prefill(ae, ctx, *c->pr.kv_remote, c->pr.prompts.at(0));
   std::vector<EngineRequest> reqs;
   for (size_t p = 0; p < c->pr.prompts.size(); ++p) {
     for (int j = 0; j < c->pr.n; ++j) {
@@ -111,6 +154,8 @@ std::shared_ptr<Call> start_call(AsyncEngine& ae, const ServerContext& ctx, Pars
       r.prompt = c->pr.prompts[p];
       r.params = c->pr.params;
       r.text = choice_text_options(c->pr.choice);
+      r.kv.hold_for_remote = c->pr.kv_hold;
+      r.kv.remote = remote;
       if (r.params.has_seed) r.params.seed += uint64_t(j);  // distinct samples per choice, reproducible
       c->index[r.id] = c->choices.size();
       c->ids.push_back(r.id);
@@ -157,6 +202,7 @@ bool collect_for(Call& c, std::chrono::milliseconds budget) {
       // The engine could not serve this choice (a KV cache page that failed to load under
       // kv_load_failure_policy "fail"): the whole request fails with its reason.
       if (o.finish_reason == FinishReason::Error) throw ApiError(500, o.error);
+      if (o.kv_lease) c.lease = o.kv_lease;
       c.choices[it->second]->on_output(o);
       if (o.finished) --c.remaining;
     }
@@ -167,7 +213,7 @@ bool collect_for(Call& c, std::chrono::milliseconds budget) {
 // A whole (non-streamed) response: the envelope and usage are shared; `body` fills choice i's
 // object-specific fields (message or text, logprobs).
 template <class Body>
-ojson full_response(const Call& c, const char* object, Body body) {
+ojson full_response(const Call& c, const ServerContext& ctx, const char* object, Body body) {
   ojson r;
   r["id"] = c.id;
   r["object"] = object;
@@ -185,18 +231,21 @@ ojson full_response(const Call& c, const char* object, Body body) {
   }
   r["choices"] = choices;
   r["usage"] = usage_of(c);
+  if (c.pr.kv_params) r["kv_transfer_params"] = kv_params_json(c, ctx);
   return r;
 }
 
-ojson chat_response(const Call& c, const Tokenizer& tok) {
-  return full_response(c, "chat.completion", [&](size_t, const ChoiceState& s, ojson& ch) {
+ojson chat_response(const Call& c, const ServerContext& ctx) {
+  const Tokenizer& tok = *ctx.tok;
+  return full_response(c, ctx, "chat.completion", [&](size_t, const ChoiceState& s, ojson& ch) {
     ch["message"] = chat_message_json(s);
     ch["logprobs"] = c.pr.logprobs ? chat_logprobs_json(tok, s.logprobs) : ojson(nullptr);
   });
 }
 
-ojson completion_response(const Call& c, const Tokenizer& tok) {
-  return full_response(c, "text_completion", [&](size_t i, const ChoiceState& s, ojson& ch) {
+ojson completion_response(const Call& c, const ServerContext& ctx) {
+  const Tokenizer& tok = *ctx.tok;
+  return full_response(c, ctx, "text_completion", [&](size_t i, const ChoiceState& s, ojson& ch) {
     const std::string prefix = c.pr.echo ? c.pr.prompt_texts[i / size_t(c.pr.n)] : std::string();
     ch["text"] = prefix + s.content;
     ch["logprobs"] = c.pr.logprobs ? completion_logprobs_json(tok, s.logprobs, prefix.size()) : ojson(nullptr);
@@ -204,8 +253,9 @@ ojson completion_response(const Call& c, const Tokenizer& tok) {
 }
 
 // One streamed chunk for choice i.
-std::string stream_chunk(const Call& c, size_t i, const ChoiceDelta& d, const ChoiceState& s, const Tokenizer& tok,
+std::string stream_chunk(const Call& c, size_t i, const ChoiceDelta& d, const ChoiceState& s, const ServerContext& ctx,
                          size_t text_offset) {
+  const Tokenizer& tok = *ctx.tok;
   ojson j;
   j["id"] = c.id;
   j["object"] = c.pr.chat ? "chat.completion.chunk" : "text_completion";
@@ -227,6 +277,7 @@ std::string stream_chunk(const Call& c, size_t i, const ChoiceDelta& d, const Ch
   if (d.finished) ch["stop_reason"] = s.stop_reason;
   j["choices"] = ojson::array({ch});
   if (c.pr.continuous_usage) j["usage"] = usage_of(c);
+  if (d.finished && c.pr.kv_params) j["kv_transfer_params"] = kv_params_json(c, ctx);
   return sse_event(dump(j));
 }
 
@@ -293,6 +344,7 @@ std::string stream_step(Call& c, const ServerContext& ctx, int interval) {
       return out;
     }
     const size_t i = it->second;
+    if (o.kv_lease) c.lease = o.kv_lease;
     merge_into(c.held[i], std::move(o));
     RequestOutput& h = c.held[i];
     if (!h.finished && c.emitted_first[i] && int(h.new_tokens.size()) < interval) continue;
@@ -302,7 +354,7 @@ std::string stream_step(Call& c, const ServerContext& ctx, int interval) {
     if (h.finished) --c.remaining;
     h = RequestOutput{};
     if (d.empty() && !d.finished) continue;
-    out += c.api ? c.api->delta(d) : stream_chunk(c, i, d, s, *ctx.tok, offset);
+    out += c.api ? c.api->delta(d) : stream_chunk(c, i, d, s, ctx, offset);
     c.emitted_first[i] = true;
   }
   if (c.remaining == 0 && c.api) {
@@ -1005,7 +1057,7 @@ class Conn : public std::enable_shared_from_this<Conn> {
       }
       auto body = [&] {
         if (c->api) return dump(c->api->full(*c->choices[0], usage_of(*c)));
-        return dump(c->pr.chat ? chat_response(*c, *srv_.ctx.tok) : completion_response(*c, *srv_.ctx.tok));
+        return dump(c->pr.chat ? chat_response(*c, srv_.ctx) : completion_response(*c, srv_.ctx));
       };
       if (done) {
         write_full(make_response(200, body(), "application/json", version_, keep_alive_));

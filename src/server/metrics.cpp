@@ -119,6 +119,35 @@ std::string Metrics::render(const std::string& model_name, const EngineStats& st
     if (st.has_tier)
       m3("kv_tier_held_bytes", "gauge", "Bytes the local tier holds.", L + ",tier=\"local\"", double(st.tier.held_bytes));
   }
+  {
+    auto m3 = [&](const char* name, const char* type, const std::string& help, double v) {
+      o += fmt::format("# HELP m3serve:{} {}\n# TYPE m3serve:{} {}\nm3serve:{}{{{}}} {}\n", name, help, name, type, name,
+                       L, v);
+    };
+    // Prompt tokens this engine ran through the model (vllm:prompt_tokens counts requests' prompts,
+    // whatever computed them): with prefix hits, tiers or a remote prefill it is smaller.
+    m3("prompt_tokens_computed_total", "counter", "Prompt tokens computed by this engine's forward passes.",
+       double(st.prompt_tokens_computed));
+    m3("kv_free_pages", "gauge", "KV pages free (cached ones included).", double(st.free_pages));
+    if (st.has_leases) {
+      // Prefill side of P/D disaggregation: pages held for decode engines under leases.
+      m3("kv_leases_active", "gauge", "KV leases held for decode engines.", double(st.leases.active));
+      m3("kv_leased_pages", "gauge", "KV pages held under leases.", double(st.leases.pages));
+      m3("kv_leases_granted_total", "counter", "KV leases granted.", double(st.leases.granted));
+      m3("kv_leases_read_total", "counter", "KV leases read by a decode engine (pages returned).", double(st.leases.read));
+      m3("kv_leases_expired_total", "counter", "KV leases expired unread (pages returned).", double(st.leases.expired));
+      m3("kv_lease_reads_refused_total", "counter", "KV reads refused (unknown, stale or foreign ids).",
+         double(st.leases.refused));
+      m3("kv_transfer_sent_bytes_total", "counter", "KV page bytes sent to decode engines.", double(st.leases.bytes_sent));
+    }
+    if (st.remote_prefills > 0) {
+      m3("kv_remote_prefills_total", "counter", "Requests whose prompt KV was pulled from a prefill engine.",
+         double(st.remote_prefills));
+      m3("kv_remote_pages_loaded_total", "counter", "Pulled KV pages imported.", double(st.remote_pages_loaded));
+      m3("kv_remote_load_failures_total", "counter", "Pulled KV pages that failed verification.",
+         double(st.remote_load_failures));
+    }
+  }
   std::lock_guard lk(mu_);
   counter("prompt_tokens", "Number of prefill tokens processed.", double(prompt_tokens_));
   counter("generation_tokens", "Number of generation tokens processed.", double(generation_tokens_));

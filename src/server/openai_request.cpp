@@ -256,6 +256,72 @@ std::string render_messages(const ojson& body, const ServerContext& ctx, bool de
   }
 }
 
+// kv_transfer_params, vLLM's NixlConnector protocol: {"do_remote_decode": true} on the prefill leg
+// (the prompt's pages are held for a decode engine, and the response says where), {"do_remote_prefill":
+// true, "remote_engine_id", "remote_block_ids", "remote_host", "remote_port", "remote_request_id"} on the
+// decode leg. Other keys a proxy sends along (tp_size, nulls) are accepted; a leg the server's kv_role
+// does not serve is refused by name.
+static void read_kv_transfer_params(const ojson& body, const ServerContext& ctx, ParsedRequest& r) {
+  const ojson* kv = field(body, "kv_transfer_params");
+  if (!kv) return;
+  const char* P = "kv_transfer_params";
+  if (!kv->is_object()) throw bad_request("'kv_transfer_params' must be an object", P);
+  r.kv_params = true;
+  auto flag = [&](const char* k) {
+    const ojson* v = field(*kv, k);
+    if (!v) return false;
+    if (!v->is_boolean()) throw bad_request(std::string("kv_transfer_params.") + k + " must be true or false", P);
+    return v->get<bool>();
+  };
+  const bool decode = flag("do_remote_decode"), prefill = flag("do_remote_prefill");
+  if (decode && prefill)
+    throw bad_request("kv_transfer_params: do_remote_decode and do_remote_prefill cannot both be true", P);
+  const char* nixl = " (start the server with --kv-transfer-config '{\"kv_connector\": \"NixlConnector\", "
+                     "\"kv_role\": \"kv_both\"}')";
+  if (decode) {
+    if (!ctx.kv_producer)
+      throw bad_request(std::string("'kv_transfer_params' do_remote_decode: this server does not prefill for other "
+                                    "engines (its kv_role is not kv_producer or kv_both)") + nixl, P);
+    r.kv_hold = true;
+  }
+  if (!prefill) return;
+  if (!ctx.kv_consumer || !ctx.kv_fetcher)
+    throw bad_request(std::string("'kv_transfer_params' do_remote_prefill: this server does not decode for other "
+                                  "engines (its kv_role is not kv_consumer or kv_both)") + nixl, P);
+  RemoteKvRef ref;
+  auto str = [&](const char* k) {
+    const ojson* v = field(*kv, k);
+    if (!v || !v->is_string() || v->get<std::string>().empty())
+      throw bad_request(std::string("kv_transfer_params.") + k + " (a non-empty string) is required with do_remote_prefill", P);
+    return v->get<std::string>();
+  };
+  ref.engine_id = str("remote_engine_id");
+  ref.host = str("remote_host");
+  ref.request_id = str("remote_request_id");
+  const ojson* port = field(*kv, "remote_port");
+  if (!port || !port->is_number_integer() || port->get<int64_t>() < 1 || port->get<int64_t>() > 65535)
+    throw bad_request("kv_transfer_params.remote_port (an integer in [1, 65535]) is required with do_remote_prefill", P);
+  ref.port = int(port->get<int64_t>());
+  const ojson* ids = field(*kv, "remote_block_ids");
+  if (!ids || !ids->is_array() || ids->empty())
+    throw bad_request("kv_transfer_params.remote_block_ids (a list of block ids) is required with do_remote_prefill", P);
+  for (const auto& x : *ids) {
+    if (!x.is_number_integer() || x.get<int64_t>() < 0 || x.get<int64_t>() > INT32_MAX)
+      throw bad_request("kv_transfer_params.remote_block_ids must hold block ids (integers >= 0)", P);
+    ref.block_ids.push_back(int32_t(x.get<int64_t>()));
+  }
+  if (const ojson* tp = field(*kv, "tp_size"); tp && !(tp->is_number_integer() && tp->get<int64_t>() == 1))
+    throw bad_request("kv_transfer_params.tp_size: only 1 (one engine process per side) is served", P);
+  r.kv_remote = std::move(ref);
+}
+
+// One prompt and one choice per request when KV moves between engines: the lease and the pulled pages
+// belong to exactly one sequence.
+static void check_kv_single(const ParsedRequest& r) {
+  if ((r.kv_hold || r.kv_remote) && (r.prompts.size() != 1 || r.n != 1))
+    throw bad_request("kv_transfer_params: a disaggregated request must have one prompt and n = 1", "kv_transfer_params");
+}
+
 ParsedRequest parse_chat_request(const ojson& body, const ServerContext& ctx) {
   if (!body.is_object()) throw bad_request("the request body must be a JSON object");
   check_fields(body, Endpoint::Chat, "/v1/chat/completions");
@@ -361,6 +427,8 @@ ParsedRequest parse_chat_request(const ojson& body, const ServerContext& ctx) {
   }
   attach_constraint(body, ctx, r, reasoning_start);
   finish_limits(body, ctx, r, ctx.max_model_len > 0 ? ctx.max_model_len : (1 << 20));
+  read_kv_transfer_params(body, ctx, r);
+  check_kv_single(r);
   return r;
 }
 
@@ -416,6 +484,8 @@ ParsedRequest parse_completion_request(const ojson& body, const ServerContext& c
   }
   attach_constraint(body, ctx, r, false);
   finish_limits(body, ctx, r, 16);
+  read_kv_transfer_params(body, ctx, r);
+  check_kv_single(r);
   return r;
 }
 

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "chat/chat_template.h"
+#include "engine/kv_lease.h"
 #include "server/choice_state.h"
 #include "structured/request.h"
 
@@ -30,6 +31,14 @@ struct ServerContext {
   float default_temperature = 1.0f, default_top_p = 1.0f;
   int default_top_k = 0;
   float default_min_p = 0.0f, default_repetition_penalty = 1.0f;
+  // Prefill/decode disaggregation (--kv-transfer-config NixlConnector): which kv_transfer_params this
+  // server honours (kv_role), what it answers a do_remote_decode request with (engine id, the transfer
+  // listener's host and port), how it pulls pages for do_remote_prefill, and the load-failure policy.
+  bool kv_producer = false, kv_consumer = false;
+  std::string kv_engine_id, kv_host;
+  int kv_port = 0;
+  RemoteKvFetcher* kv_fetcher = nullptr;
+  bool kv_fail_on_load_error = false;
 };
 
 struct ParsedRequest {
@@ -46,6 +55,10 @@ struct ParsedRequest {
   // response_format / structured_outputs / guided_*: the grammar (compiled into params.constraint
   // once the prompt is known).
   std::optional<structured::StructuredRequest> structured;
+  // kv_transfer_params: given at all (the response then carries kv_transfer_params), do_remote_decode
+  // (hold the prompt's pages for a decode engine), do_remote_prefill (pull them from a prefill engine).
+  bool kv_params = false, kv_hold = false;
+  std::optional<RemoteKvRef> kv_remote;
 };
 
 // The generation prefix forced for tool_choice "required" (name empty: the model writes the name)

@@ -70,7 +70,6 @@ const Rule kRefused[] = {
     {"priority", kServer, null_or_zero, "priority scheduling", "0"},
     {"request_id", kServer, is_null, "a caller-chosen request id", "null"},
     {"cache_salt", kServer, is_null, "a prefix-cache salt", "null"},
-    {"kv_transfer_params", kServer, is_null, "disaggregated KV transfer", "null"},
     {"vllm_xargs", kServer, null_or_empty, "extra arguments for custom extensions", "null"},
     {"mm_processor_kwargs", kChat, null_or_empty, "multimodal processor options", "null"},
     {"media_io_kwargs", kChat, null_or_empty, "media loading options", "null"},
@@ -97,6 +96,7 @@ const Rule kRefused[] = {
 
 // Fields each endpoint honours (the refused ones above are known too).
 const char* const kChatFields[] = {
+    "kv_transfer_params",  // read by read_kv_transfer_params (openai_request.cpp), against the server's kv_role
     "messages", "model", "frequency_penalty", "presence_penalty", "repetition_penalty", "temperature", "top_p",
     "top_k", "min_p", "seed", "stop", "stop_token_ids", "ignore_eos", "include_stop_str_in_output",
     "skip_special_tokens", "n", "stream", "stream_options", "max_tokens", "max_completion_tokens", "logprobs",
@@ -105,6 +105,7 @@ const char* const kChatFields[] = {
     "safety_identifier", "response_format", "structured_outputs", "guided_json", "guided_regex", "guided_choice",
     "guided_grammar", "guided_decoding_backend"};
 const char* const kCompletionFields[] = {
+    "kv_transfer_params",
     "model", "prompt", "frequency_penalty", "presence_penalty", "repetition_penalty", "temperature", "top_p",
     "top_k", "min_p", "seed", "stop", "stop_token_ids", "ignore_eos", "include_stop_str_in_output",
     "skip_special_tokens", "n", "best_of", "stream", "stream_options", "max_tokens", "logprobs", "echo", "suffix",

@@ -16,7 +16,7 @@ const char* const kKeys[] = {"kv_connector",      "engine_id",     "kv_buffer_de
                              "kv_role",           "kv_rank",       "kv_parallel_size", "kv_ip",
                              "kv_port",           "kv_connector_extra_config",           "kv_connector_module_path",
                              "enable_permute_local_kv",            "kv_load_failure_policy"};
-const char* const kElsewhere[] = {"NixlConnector",        "MooncakeConnector", "MooncakeConnectorV1",
+const char* const kElsewhere[] = {"MooncakeConnector", "MooncakeConnectorV1",
                                   "MooncakeStoreConnector", "OffloadingConnector",
                                   "LMCacheConnectorV1",   "P2pNcclConnector",  "SharedStorageConnector",
                                   "ExampleConnector",     "DecodeBenchConnector"};
@@ -104,13 +104,79 @@ void connector(const json& c, const std::string& where, KvTransferConfig& out, b
     out.cpu_offload = o;
     return;
   }
+  if (name == "NixlConnector") {
+    if (out.nixl) throw Error(where + ": NixlConnector given twice");
+    KvTransferConfig::Nixl n;
+    const std::string role = c.value("kv_role", std::string());
+    if (role != "kv_producer" && role != "kv_consumer" && role != "kv_both")
+      throw Error(where + ": NixlConnector needs kv_role \"kv_producer\", \"kv_consumer\" or \"kv_both\"");
+    n.role = role;
+    if (c.contains("kv_buffer_device")) {
+      // Where NIXL registers its transfer buffer. The recipe's GPU deployments say "cuda"; here the KV
+      // cache, and so every transfer, is in host memory: "cuda" is listed at start as not applicable, as
+      // the recipe's other GPU settings are; anything else is refused.
+      const json& d = c["kv_buffer_device"];
+      if (d == "cuda")
+        out.not_applicable.push_back("--kv-transfer-config NixlConnector kv_buffer_device \"cuda\" (the KV cache "
+                                     "and its transfers are in host memory here)");
+      else if (d != "cpu")
+        throw Error(where + ": kv_buffer_device " + d.dump() +
+                    " is not served: the KV cache lives in host memory here (\"cpu\")");
+    }
+    if (c.contains("engine_id") && !c["engine_id"].is_null()) {
+      if (!c["engine_id"].is_string() || c["engine_id"].get<std::string>().empty())
+        throw Error(where + ": engine_id must be a non-empty string");
+      n.engine_id = c["engine_id"].get<std::string>();
+    }
+    if (c.contains("kv_ip")) {
+      if (!c["kv_ip"].is_string()) throw Error(where + ": kv_ip must be a string (the transfer listener's address)");
+      n.host = c["kv_ip"].get<std::string>();
+    }
+    if (c.contains("kv_port")) {
+      const json& p = c["kv_port"];
+      if (!p.is_number_integer() || p.get<int64_t>() < 0 || p.get<int64_t>() > 65535)
+        throw Error(where + ": kv_port must be an integer in [0, 65535] (0: any free port)");
+      n.port = int(p.get<int64_t>());
+      n.port_given = true;
+    }
+    for (auto it = extra.begin(); it != extra.end(); ++it) {
+      const std::string& k = it.key();
+      const json& v = it.value();
+      if (k == "kv_lease_duration") {
+        if (!v.is_number() || v.get<double>() <= 0)
+          throw Error(where + ": kv_lease_duration must be a positive number of seconds");
+        n.lease_seconds = v.get<double>();
+      } else if (k == "num_threads" || k == "engine_ttl") {
+        // NIXL's agent threads and its cache of remote engines' metadata: here one thread serves reads
+        // and each read connects afresh, so neither has anything to set (noted at start).
+        if (!v.is_number_integer() || v.get<int64_t>() < 0) throw Error(where + ": " + k + " must be an integer >= 0");
+        out.not_applicable.push_back("--kv-transfer-config NixlConnector " + k);
+      } else if (k == "enforce_handshake_compat") {
+        // The handshake's compatibility check cannot be skipped here: a page of another layout would be
+        // garbage in this pool. false is listed at start as not applicable.
+        if (!v.is_boolean()) throw Error(where + ": enforce_handshake_compat must be true or false");
+        if (!v.get<bool>())
+          out.not_applicable.push_back("--kv-transfer-config NixlConnector enforce_handshake_compat false (the "
+                                       "handshake always checks model, layout, dtypes and page size here)");
+      } else if (k == "backends") {
+        if (!v.is_array() || v.size() != 1 || v[0] != "UCX")
+          throw Error(where + ": backends: only [\"UCX\"] is served (pages move over UCX)");
+      } else {
+        throw Error(where + ": NixlConnector has no key \"" + k + "\" here (known: kv_lease_duration, backends, num_threads, "
+                    "engine_ttl, enforce_handshake_compat)");
+      }
+    }
+    out.nixl = n;
+    return;
+  }
   for (const char* e : kElsewhere)
     if (name == e) {
       out.not_applicable.push_back("--kv-transfer-config " + name);
       return;
     }
   throw Error(where + ": unknown kv_connector \"" + name +
-              "\" (RedisConnector here; GPU connectors such as NixlConnector are accepted without effect)");
+              "\" (RedisConnector, NixlConnector and SimpleCPUOffloadConnector here; GPU connectors such as "
+              "MooncakeConnector are accepted without effect)");
 }
 
 }  // namespace

@@ -82,3 +82,53 @@ TEST(KvTransferConfig, RefusesWhatItDoesNotKnowByName) {
   EXPECT_NE(error_of(R"({"kv_connector":"NixlConnector","kv_load_failure_policy":"retry"})").find("recompute"),
             std::string::npos);
 }
+
+TEST(KvTransferConfig, NixlConnectorConfiguresDisaggregation) {
+  const KvTransferConfig c = KvTransferConfig::parse(
+      R"({"kv_connector":"NixlConnector","kv_role":"kv_producer","kv_ip":"127.0.0.1","kv_port":0,
+          "engine_id":"p0","kv_load_failure_policy":"fail",
+          "kv_connector_extra_config":{"kv_lease_duration":2.5,"backends":["UCX"],"engine_ttl":0}})");
+  ASSERT_TRUE(c.nixl.has_value());
+  EXPECT_TRUE(c.nixl->producer());
+  EXPECT_FALSE(c.nixl->consumer());
+  EXPECT_EQ(c.nixl->engine_id, "p0");
+  EXPECT_EQ(c.nixl->port, 0);
+  EXPECT_TRUE(c.nixl->port_given);
+  EXPECT_DOUBLE_EQ(c.nixl->lease_seconds, 2.5);
+  EXPECT_EQ(c.load_failure_policy, "fail");
+  EXPECT_TRUE(has(c.not_applicable, "engine_ttl"));
+  // The recipe's GPU deployment (a NixlConnector in a MultiConnector, buffer on the GPU): KV is in host
+  // memory here, which the start-up note says; the connector still serves P/D.
+  const KvTransferConfig r = KvTransferConfig::parse(
+      R"({"kv_connector":"MultiConnector","kv_role":"kv_both","kv_connector_extra_config":{"connectors":[
+         {"kv_connector":"NixlConnector","kv_role":"kv_both","kv_buffer_device":"cuda","kv_connector_extra_config":
+          {"backends":["UCX"],"enforce_handshake_compat":false,"kv_lease_duration":120}}]}})");
+  ASSERT_TRUE(r.nixl.has_value());
+  EXPECT_DOUBLE_EQ(r.nixl->lease_seconds, 120);
+  EXPECT_TRUE(has(r.not_applicable, "kv_buffer_device \"cuda\""));
+  EXPECT_TRUE(has(r.not_applicable, "enforce_handshake_compat false"));
+  const KvTransferConfig d = KvTransferConfig::parse(R"({"kv_connector":"NixlConnector","kv_role":"kv_both"})");
+  EXPECT_TRUE(d.nixl->producer() && d.nixl->consumer());
+  EXPECT_DOUBLE_EQ(d.nixl->lease_seconds, 480);  // vLLM's VLLM_NIXL_ABORT_REQUEST_TIMEOUT
+  EXPECT_EQ(d.nixl->port, 5600);
+  EXPECT_FALSE(d.nixl->port_given);  // a busy default gives way to any free port (cmd_serve)
+}
+
+TEST(KvTransferConfig, NixlConnectorRefusesWhatItCannotServe) {
+  EXPECT_NE(error_of(R"({"kv_connector":"NixlConnector","kv_role":"kv_producer","kv_buffer_device":"xpu"})")
+                .find("kv_buffer_device \"xpu\" is not served"),
+            std::string::npos);
+  EXPECT_NE(error_of(R"({"kv_connector":"NixlConnector"})").find("kv_role"), std::string::npos);
+  EXPECT_NE(error_of(R"({"kv_connector":"NixlConnector","kv_role":"kv_both",
+                        "kv_connector_extra_config":{"backends":["LIBFABRIC"]}})")
+                .find("UCX"),
+            std::string::npos);
+  EXPECT_NE(error_of(R"({"kv_connector":"NixlConnector","kv_role":"kv_both",
+                        "kv_connector_extra_config":{"kv_lease_duration":0}})")
+                .find("kv_lease_duration"),
+            std::string::npos);
+  EXPECT_NE(error_of(R"({"kv_connector":"NixlConnector","kv_role":"kv_both",
+                        "kv_connector_extra_config":{"warp_drive":1}})")
+                .find("no key \"warp_drive\""),
+            std::string::npos);
+}

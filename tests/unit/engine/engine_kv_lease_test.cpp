@@ -1,0 +1,228 @@
+// Prefill/decode disaggregation in the engine, without a network: a prefill engine holds a prompt's
+// pages under a lease (do_remote_decode), the pages are exported as blobs the way the transfer server
+// sends them, and a decode engine given those blobs (do_remote_prefill) continues from them: its greedy
+// output equals one engine doing both, and it computes one prompt token (the last, for its logits), not
+// the prompt. The lease table: only the leased ids, by the lease's id, within its time; pages come back
+// when read or expired (driven by explicit times, no sleeps).
+#include <gtest/gtest.h>
+
+#include <map>
+
+#include "engine_test_util.h"
+#include "base/error.h"
+#include "engine/block_pool.h"
+#include "model/model.h"
+
+namespace {
+
+m3::Model& model() {
+  static m3::Model m(m3test::small_engine_model());
+  return m;
+}
+
+using m3test::greedy;
+using Clock = std::chrono::steady_clock;
+
+m3::EngineConfig pool(int64_t pages) {
+  m3::EngineConfig c;
+  c.num_pages = pages;
+  c.max_num_batched_tokens = 64;
+  c.watermark = 0;
+  return c;
+}
+
+std::vector<int32_t> run(m3::Engine& e, const std::string& id, const std::vector<int32_t>& prompt, int n,
+                         const m3::RequestKv& kv = {}, std::optional<m3::KvLeaseInfo>* lease = nullptr,
+                         m3::FinishReason* reason = nullptr, std::string* error = nullptr) {
+  e.add_request(id, prompt, greedy(n), {}, kv);
+  std::vector<int32_t> out;
+  while (e.has_work())
+    for (auto& o : e.step())
+      if (o.request_id == id) {
+        out.insert(out.end(), o.new_tokens.begin(), o.new_tokens.end());
+        if (o.kv_lease && lease) *lease = o.kv_lease;
+        if (o.finished && reason) *reason = o.finish_reason;
+        if (o.finished && error) *error = o.error;
+      }
+  return out;
+}
+
+// The prefill leg: one token, pages leased; then the blobs the transfer server would send.
+std::shared_ptr<m3::RemotePrefill> prefill(m3::Engine& p, const std::vector<int32_t>& prompt, m3::KvLeaseInfo* info) {
+  m3::RequestKv kv;
+  kv.hold_for_remote = true;
+  std::optional<m3::KvLeaseInfo> lease;
+  run(p, "prefill", prompt, 1, kv, &lease);
+  EXPECT_TRUE(lease.has_value());
+  *info = *lease;
+  std::vector<m3::TransferPage> chain;
+  EXPECT_EQ(p.kv_leases()->begin_read(lease->request_id, lease->block_ids, chain, Clock::now()), "");
+  auto rp = std::make_shared<m3::RemotePrefill>();
+  rp->source = "test";
+  for (size_t i = 0; i < chain.size(); ++i) {
+    std::string blob;
+    p.export_leased_page(lease->block_ids[i], chain[i], blob);
+    rp->blobs.push_back(std::move(blob));
+  }
+  p.kv_leases()->end_read(lease->request_id, true, 0);
+  return rp;
+}
+
+TEST(EngineKvLease, DecodeFromPulledPagesEqualsOneEngine) {
+  std::mt19937 rng(5);
+  // 16-token pages: 40 tokens end in a partial page, 48 fill three whole pages.
+  for (size_t len : {40u, 48u, 5u}) {
+    const auto prompt = m3test::random_tokens(rng, len, 256);
+    m3::Engine agg(model(), nullptr, pool(32));
+    const auto want = run(agg, "agg", prompt, 12);
+
+    m3::Engine p(model(), nullptr, pool(32));
+    p.enable_kv_leases(std::chrono::seconds(60));
+    m3::KvLeaseInfo info;
+    auto rp = prefill(p, prompt, &info);
+    EXPECT_EQ(info.block_ids.size(), (len + 15) / 16);
+    EXPECT_EQ(p.stats().leases.pages, int64_t(info.block_ids.size()));
+
+    m3::Engine d(model(), nullptr, pool(32));
+    m3::RequestKv kv;
+    kv.remote = rp;
+    EXPECT_EQ(run(d, "dec", prompt, 12, kv), want) << "prompt of " << len << " tokens";
+    EXPECT_EQ(d.stats().prompt_tokens_computed, 1);  // the last prompt token only
+    EXPECT_EQ(d.stats().remote_pages_loaded, int64_t(info.block_ids.size()));
+    EXPECT_EQ(d.stats().prefix_hits, 0);  // pulled pages are not this engine's prefix-cache hits
+    EXPECT_EQ(d.stats().free_pages, 32);  // all back (cached or free) once done
+
+    // The read lease gives its pages back at the prefill engine's next pass.
+    EXPECT_LT(p.stats().free_pages, 32);
+    p.housekeeping();
+    EXPECT_EQ(p.stats().free_pages, 32);
+    EXPECT_EQ(p.stats().leases.active, 0);
+    EXPECT_EQ(p.stats().leases.read, 1);
+  }
+}
+
+TEST(EngineKvLease, PagesOfAnotherPromptAreRefusedAndFollowThePolicy) {
+  std::mt19937 rng(6);
+  const auto prompt = m3test::random_tokens(rng, 40, 256);
+  auto other = prompt;
+  other[20] = (other[20] + 1) % 256;  // the same length, one token different
+  m3::Engine p(model(), nullptr, pool(32));
+  p.enable_kv_leases(std::chrono::seconds(60));
+  m3::KvLeaseInfo info;
+  auto rp = prefill(p, prompt, &info);
+
+  m3::Engine agg(model(), nullptr, pool(32));
+  const auto want = run(agg, "agg", other, 6);
+  // recompute: the pages up to the mismatch are kept, the rest recomputed; the output is still right.
+  m3::Engine d(model(), nullptr, pool(32));
+  m3::RequestKv kv;
+  kv.remote = rp;
+  EXPECT_EQ(run(d, "dec", other, 6, kv), want);
+  EXPECT_EQ(d.stats().remote_load_failures, 1);
+  EXPECT_EQ(d.stats().prompt_tokens_computed, 40 - 16);  // page 0 verified, pages 1 and 2 recomputed
+  // fail: the request ends with the reason, and its pages go back.
+  m3::EngineConfig fc = pool(32);
+  fc.kv_load_failure_policy = "fail";
+  m3::Engine f(model(), nullptr, fc);
+  m3::FinishReason why = m3::FinishReason::None;
+  std::string error;
+  EXPECT_TRUE(run(f, "dec", other, 6, kv, nullptr, &why, &error).empty());
+  EXPECT_EQ(why, m3::FinishReason::Error);
+  EXPECT_NE(error.find("does not fit this prompt: another place in the prefix chain"), std::string::npos) << error;
+  EXPECT_EQ(f.stats().free_pages, 32);
+}
+
+TEST(EngineKvLease, PagesVerifiedOffTheEngineThreadAndACorruptedOneRecomputed) {
+  std::mt19937 rng(8);
+  const auto prompt = m3test::random_tokens(rng, 40, 256);
+  m3::Engine p(model(), nullptr, pool(32));
+  p.enable_kv_leases(std::chrono::seconds(60));
+  m3::KvLeaseInfo info;
+  auto rp = prefill(p, prompt, &info);
+  rp->blobs[1][rp->blobs[1].size() - 3] ^= 0x40;  // one bit of page 1's payload flipped in transit
+  m3::Engine agg(model(), nullptr, pool(32));
+  const auto want = run(agg, "agg", prompt, 6);
+  m3::Engine d(model(), nullptr, pool(32));
+  d.enable_remote_prefill();
+  d.verify_remote(prompt, *rp);
+  EXPECT_EQ(rp->checksummed, 1u);  // page 0 verified here; page 1 is checked again on admission
+  m3::RequestKv kv;
+  kv.remote = rp;
+  EXPECT_EQ(run(d, "dec", prompt, 6, kv), want);
+  EXPECT_EQ(d.stats().remote_load_failures, 1);
+  EXPECT_EQ(d.stats().remote_pages_loaded, 1);
+  EXPECT_EQ(d.stats().prompt_tokens_computed, 40 - 16);
+}
+
+TEST(EngineKvLease, RefusesWhatItCannotServe) {
+  m3::Engine e(model(), nullptr, pool(8));
+  m3::RequestKv hold;
+  hold.hold_for_remote = true;
+  EXPECT_THROW(e.add_request("a", {1, 2, 3}, greedy(1), {}, hold), m3::Error);  // no leases enabled
+  m3::RequestKv kv;
+  auto rp = std::make_shared<m3::RemotePrefill>();
+  rp->blobs.resize(1);
+  kv.remote = rp;
+  // 20 tokens fill two pages: one blob is not the prompt's pages.
+  EXPECT_THROW(e.add_request("b", std::vector<int32_t>(20, 7), greedy(1), {}, kv), m3::Error);
+}
+
+TEST(KvLeaseTable, ReadsOnlyTheLeasedIdsByTheLeaseIdWithinItsTime) {
+  m3::KvLeaseTable t(std::chrono::seconds(10));
+  const auto t0 = Clock::now();
+  const std::string a = t.grant({4, 9, 2}, m3::transfer_chain({1, 2, 3, 4, 5}, 2), t0);
+  const std::string b = t.grant({7}, m3::transfer_chain({8}, 2), t0);
+  EXPECT_EQ(a.size(), 32u);
+  EXPECT_NE(a, b);
+  std::vector<m3::TransferPage> chain;
+  EXPECT_NE(t.begin_read("0123456789abcdef0123456789abcdef", {4, 9, 2}, chain, t0).find("names no live KV lease"),
+            std::string::npos);
+  EXPECT_NE(t.begin_read(a, {4, 9, 7}, chain, t0).find("do not match"), std::string::npos);  // b's page
+  EXPECT_NE(t.begin_read(b, {4}, chain, t0).find("do not match"), std::string::npos);        // a's page
+  EXPECT_NE(t.begin_read(a, {4, 9}, chain, t0).find("do not match"), std::string::npos);     // a subset
+  EXPECT_EQ(t.begin_read(a, {4, 9, 2}, chain, t0), "");
+  ASSERT_EQ(chain.size(), 3u);
+  EXPECT_EQ(chain[2].tokens, (std::vector<int32_t>{5, -1}));  // the partial page, padded
+  EXPECT_NE(t.begin_read(a, {4, 9, 2}, chain, t0).find("being read"), std::string::npos);
+  EXPECT_TRUE(t.take_released(t0).empty());
+  t.end_read(a, true, 100);
+  EXPECT_EQ(t.take_released(t0), (std::vector<int32_t>{4, 9, 2}));
+  EXPECT_NE(t.begin_read(a, {4, 9, 2}, chain, t0).find("names no live KV lease"), std::string::npos);  // stale
+  // b expires unread at t0 + 10 s, not before; a read after that is refused.
+  EXPECT_EQ(t.next_deadline(), t0 + std::chrono::seconds(10));
+  EXPECT_TRUE(t.take_released(t0 + std::chrono::milliseconds(9999)).empty());
+  EXPECT_NE(t.begin_read(b, {7}, chain, t0 + std::chrono::seconds(10)).find("expired"), std::string::npos);
+  EXPECT_EQ(t.take_released(t0 + std::chrono::seconds(10)), (std::vector<int32_t>{7}));
+  const m3::KvLeaseStats s = t.stats();
+  EXPECT_EQ(s.granted, 2);
+  EXPECT_EQ(s.read, 1);
+  EXPECT_EQ(s.expired, 1);
+  EXPECT_EQ(s.refused, 7);
+  EXPECT_EQ(s.active, 0);
+  EXPECT_EQ(s.pages, 0);
+  EXPECT_EQ(s.bytes_sent, 100);
+  EXPECT_FALSE(t.next_deadline().has_value());
+}
+
+TEST(KvLeaseTable, ALeaseBeingReadDoesNotExpireUnderItsReader) {
+  m3::KvLeaseTable t(std::chrono::seconds(1));
+  const auto t0 = Clock::now();
+  const std::string a = t.grant({3}, m3::transfer_chain({1}, 4), t0);
+  std::vector<m3::TransferPage> chain;
+  ASSERT_EQ(t.begin_read(a, {3}, chain, t0), "");
+  EXPECT_TRUE(t.take_released(t0 + std::chrono::seconds(5)).empty());
+  t.end_read(a, false, 0);  // the transfer broke: the lease stays until it expires (it has)
+  EXPECT_EQ(t.take_released(t0 + std::chrono::seconds(5)), (std::vector<int32_t>{3}));
+  EXPECT_EQ(t.stats().expired, 1);
+}
+
+TEST(KvLeaseTable, TransferChainOfWholePagesIsThePrefixCacheChain) {
+  const std::vector<int32_t> toks{5, 6, 7, 8, 9, 10};
+  const auto chain = m3::transfer_chain(toks, 3);
+  ASSERT_EQ(chain.size(), 2u);
+  EXPECT_EQ(chain[0].hash, m3::hash_block(0, toks.data(), 3));
+  EXPECT_EQ(chain[1].parent, chain[0].hash);
+  EXPECT_EQ(chain[1].hash, m3::hash_block(chain[0].hash, toks.data() + 3, 3));
+}
+
+}  // namespace
