@@ -227,9 +227,9 @@ std::string ModelConfig::summary() const {
     << experts_per_tok << ", weights " << weight_format_name(dense_format) << "/experts "
     << weight_format_name(expert_format);
   if (quark.on)
-    o << " (Quark: " << quark.exclude.size() << " exclude entries, activations "
+    o << " (Quark: " << quark.exclude.size() << " exclude entries, input_tensors "
       << (quark.act_dynamic ? (quark.act_mode ? "dynamic MXFP4, floor scales" : "dynamic MXFP4, even scales")
-                            : "not quantised")
+                            : "none (weight-only)")
       << ")";
   if (ns) o << ", MSA block " << block_size << " top-" << topk_blocks << " init " << init_blocks;
   return o.str();
