@@ -66,10 +66,13 @@ void check_mx_spec(const json& spec, const std::string& where, bool dynamic) {
 }  // namespace
 
 bool QuarkMxfp4::excluded(const std::string& name) const {
-  const std::string pre = "language_model.";
+  const std::string pre = "language_model.", lm = "language_model.model.";
   const std::string inner = name.rfind(pre, 0) == 0 ? name.substr(pre.size()) : name;
+  // transformers' newer module path of the same text model (model.language_model.layers...), as an
+  // export made from it would name modules.
+  const std::string hf = name.rfind(lm, 0) == 0 ? "model.language_model." + name.substr(lm.size()) : name;
   for (const std::string& e : exclude)
-    if (matches(e, name) || matches(e, inner)) return true;
+    if (matches(e, name) || matches(e, inner) || matches(e, hf)) return true;
   return false;
 }
 

@@ -18,9 +18,9 @@ struct QuarkMxfp4 {
   uint8_t act_mode = 0;              // input_tensors.scale_calculation_mode: 0 "even", 1 "floor"
 
   // Whether module `name` (a tensor base name such as language_model.model.layers.0.self_attn.q_proj)
-  // is in exclude: an entry matches the name as the checkpoint writes it or without its leading
+  // is in exclude: an entry matches the name as the checkpoint writes it, without its leading
   // "language_model." (the text model's own module path, as vLLM's Quark loader sees it after its prefix
-  // mapping). Entries: "re:<regex>" matched from the start of the name (Python re.match, as vLLM's
+  // mapping), or with "language_model.model." written "model.language_model." (transformers' newer path). Entries: "re:<regex>" matched from the start of the name (Python re.match, as vLLM's
   // should_ignore_layer), a glob when it holds * ? or [ (fnmatch), else the exact name.
   bool excluded(const std::string& name) const;
 };

@@ -108,6 +108,9 @@ TEST(LoaderQuark, ExcludeMatching) {
   EXPECT_FALSE(q.excluded("language_model.model.layers.10.self_attn.q_proj"));  // exact names are exact
   EXPECT_TRUE(q.excluded("language_model.model.layers.5.block_sparse_moe.shared_experts.up_proj"));
   EXPECT_FALSE(q.excluded("language_model.model.layers.5.block_sparse_moe.experts.1.w1"));
+  q.exclude = {"model.language_model.layers.2.mlp.down_proj"};  // transformers' newer module path
+  EXPECT_TRUE(q.excluded("language_model.model.layers.2.mlp.down_proj"));
+  EXPECT_FALSE(q.excluded("language_model.model.layers.2.mlp.up_proj"));
   q.exclude = {"re:self_attn"};  // re.match: anchored at the start of the name
   EXPECT_FALSE(q.excluded("language_model.model.layers.0.self_attn.q_proj"));
 }
