@@ -44,8 +44,8 @@ const std::pair<const char*, int64_t MakeModelOptions::*> kSizeFlags[] = {
 void register_make_model(CLI::App& app) {
   auto args = std::make_shared<MakeModelArgs>();
   auto* cmd = app.add_subcommand("make-model", "write a deterministic random-weight M3 / M3.1 checkpoint");
-  cmd->add_option("--layout", args->layout, "m3-bf16 | m3-mxfp8 | m31")
-      ->check(CLI::IsMember({"m3-bf16", "m3-mxfp8", "m31"}));
+  cmd->add_option("--layout", args->layout, "m3-bf16 | m3-mxfp8 | m31 | m31-mxfp4 (the M3.1 plan as an AMD Quark MXFP4 export)")
+      ->check(CLI::IsMember({"m3-bf16", "m3-mxfp8", "m31", "m31-mxfp4"}));
   cmd->add_option("--preset", args->preset, "tiny | small | mid")->check(CLI::IsMember({"tiny", "small", "mid"}));
   cmd->add_option("--seed", args->seed, "random seed");
   cmd->add_option("--shards", args->shards, "number of safetensors shards (1 = model.safetensors)");

@@ -14,6 +14,7 @@ ModelOptions ModelFlags::options() const {
   o.nvfp4_int8_activations = nvfp4_activations == "int8";
   o.nvfp4_bf16_activations = nvfp4_activations == "bf16";
   o.mxfp8_bf16_activations = mxfp8_activations == "bf16";
+  o.mxfp4_activations = mxfp4_activations;
   if (mmap && no_mmap) throw Error("--mmap and --no-mmap contradict each other: give at most one");
   o.weight_memory = no_mmap ? WeightMemory::Ram : mmap ? WeightMemory::Mmap : WeightMemory::Auto;
   o.config_overrides = ref.config_overrides();
@@ -33,6 +34,12 @@ void add_model_flags(CLI::App* app, ModelFlags& f) {
                   "(AVX512-BF16 CPUs: faster prefill and decode; logits differ slightly, as with a GPU's BF16 "
                   "activations)")
       ->check(CLI::IsMember({"fp32", "bf16"}))
+      ->capture_default_str();
+  app->add_option("--mxfp4-activations", f.mxfp4_activations,
+                  "MXFP4 (AMD Quark) checkpoints: auto: as the checkpoint's quantization_config says (dynamic MXFP4 "
+                  "activations per 32 elements when it has input_tensors, W4A4 as in vLLM; default); mxfp4: those "
+                  "dynamic MXFP4 activations; fp32: exact fp32 activations against the dequantised weights")
+      ->check(CLI::IsMember({"auto", "mxfp4", "fp32"}))
       ->capture_default_str();
   app->add_flag("--no-mmap", f.no_mmap,
                 "read the weights into memory at load (transparent huge pages advised): a full read at start, "
@@ -70,6 +77,14 @@ std::string describe_model_flags(const ModelFlags& f, const Model& m) {
                   ? std::string("through the fp32 kernels: the BF16 dot-product kernels read weights read into "
                                 "memory (4-row tiles), not mapped ones (--no-mmap)")
                   : std::string("BF16 dot products (AVX512-BF16)"));
+  }
+  if (f.mxfp4_activations == "mxfp4" && m.mxfp4_activation_matrices() == 0) {
+    if (!out.empty()) out += "\n";
+    out += "--mxfp4-activations mxfp4: no effect, the checkpoint has no MXFP4 matrix";
+  } else if (m.mxfp4_activation_matrices() > 0) {
+    if (!out.empty()) out += "\n";
+    out += "MXFP4 activations: dynamic MXFP4 per 32 elements (W4A4, the checkpoint's scheme) in " +
+           std::to_string(m.mxfp4_activation_matrices()) + " matrices (--mxfp4-activations fp32: exact activations)";
   }
   const TensorStore& st = m.weights().store();
   std::string where;

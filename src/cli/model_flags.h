@@ -11,6 +11,7 @@ namespace m3::cli {
 struct ModelFlags {
   std::string nvfp4_activations = "fp32";  // fp32 (exact) or int8
   std::string mxfp8_activations = "fp32";  // fp32 (exact) or bf16
+  std::string mxfp4_activations = "auto";  // auto (the checkpoint's), mxfp4 (W4A4) or fp32 (exact)
   bool no_mmap = false;                     // read the weights into memory (default: when they fit)
   bool mmap = false;                        // map the checkpoint instead
   ModelRefFlags ref;                        // where the checkpoint comes from; --hf-overrides

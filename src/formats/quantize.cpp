@@ -114,4 +114,53 @@ uint8_t nvfp4_quantize_activation_block(const float* x16, float G, uint8_t* pack
   return s;
 }
 
+uint8_t mxfp4_scale_byte(float amax, Mxfp4ScaleMode mode) {
+  if (std::isnan(amax)) return 0xff;
+  uint32_t bits = float_to_bits(std::fabs(amax));
+  // Even: + half of the last kept mantissa step of a 1-bit mantissa (2^21), then drop the mantissa; a
+  // carry moves the exponent up. The exponent field then is floor(log2) + 127 for normal values (an
+  // amax that rounds to infinity gives field 255, i.e. byte 253, as the bit-level rule in Quark/torchao).
+  if (mode == Mxfp4ScaleMode::Even) bits = (bits + 0x200000u) & 0x7f800000u;
+  const int field = int(bits >> 23);  // 0 for zero and subnormal amax: floor(log2) <= -127, clamped
+  return uint8_t(std::clamp(field - 2, 0, 254));
+}
+
+namespace {
+uint8_t pack2(uint8_t lo, uint8_t hi) { return uint8_t((lo & 0xf) | ((hi & 0xf) << 4)); }
+}  // namespace
+
+void mxfp4_quantize_row(const float* x, int64_t K, Mxfp4ScaleMode mode, uint8_t* packed, uint8_t* scales) {
+  for (int64_t b = 0; b < K / 32; ++b) {
+    const float* xb = x + b * 32;
+    float amax = 0.0f;
+    bool nan = false;
+    for (int i = 0; i < 32; ++i) {
+      nan |= std::isnan(xb[i]);
+      amax = std::max(amax, std::fabs(xb[i]));
+    }
+    const uint8_t s = nan ? uint8_t(0xff) : mxfp4_scale_byte(amax, mode);
+    scales[b] = s;
+    const int shift = 127 - int(s);  // x / 2^(s - 127), exact up to results far below E2M1's 0.25
+    for (int i = 0; i < 16; ++i)
+      packed[b * 16 + i] = pack2(float_to_e2m1(std::ldexp(xb[2 * i], shift)), float_to_e2m1(std::ldexp(xb[2 * i + 1], shift)));
+  }
+}
+
+void mxfp4_qdq_row(const float* x, int64_t K, Mxfp4ScaleMode mode, float* out) {
+  for (int64_t b = 0; b < K / 32; ++b) {
+    const float* xb = x + b * 32;
+    float amax = 0.0f;
+    bool nan = false;
+    for (int i = 0; i < 32; ++i) {
+      nan |= std::isnan(xb[i]);
+      amax = std::max(amax, std::fabs(xb[i]));
+    }
+    const uint8_t s = nan ? uint8_t(0xff) : mxfp4_scale_byte(amax, mode);
+    const float scale = e8m0_to_float(s);  // NaN for 0xFF
+    const int shift = 127 - int(s);
+    for (int i = 0; i < 32; ++i)
+      out[b * 32 + i] = nan ? NAN : e2m1_to_float(float_to_e2m1(std::ldexp(xb[i], shift))) * scale;
+  }
+}
+
 }  // namespace m3

@@ -33,6 +33,26 @@ float nvfp4_global_scale(float amax_tensor);
 void nvfp4_quantize_row(const float* w, int64_t K, float global, uint8_t* packed, uint8_t* scales);
 float nvfp4_quantize(const float* w, int64_t N, int64_t K, uint8_t* packed, uint8_t* scales);
 
+// MXFP4 (OCP MX, AMD Quark exports; docs/formats.md section 4): E2M1 elements, one E8M0 scale per 32
+// along K, no global scale. How the scale exponent is chosen from the block's amax (Quark's
+// scale_calculation_mode, read from quantization_config):
+//   Floor: OCP reference, shared_exp = floor(log2(amax)) - 2 (2 = emax of E2M1);
+//   Even:  Quark's default ("even") and what vLLM's Quark OCP-MX emulation runs: amax first rounded to
+//          two significant bits (its fp32 bits + 2^21, mantissa then cleared), so a block whose amax is
+//          at least 1.75 * 2^e takes the next scale instead of saturating at 6 (x / scale in [7, 8)).
+// byte = clamp(shared_exp + 127, 0, 254), read from the exponent field of the (rounded) amax: an all-zero
+// block and every amax below 2^-125 give byte 0 (2^-127, the smallest scale); a NaN in the block gives
+// 0xFF. Elements: q = E2M1(x * 2^(127 - byte)), round to nearest even, saturating at +-6.
+enum class Mxfp4ScaleMode { Even, Floor };
+uint8_t mxfp4_scale_byte(float amax, Mxfp4ScaleMode mode);
+// One row of K floats (K % 32 == 0) to packed [K/2] (element 2i in the low nibble) and scales [K/32].
+void mxfp4_quantize_row(const float* x, int64_t K, Mxfp4ScaleMode mode, uint8_t* packed, uint8_t* scales);
+// Dynamic MXFP4 activation quantisation (W4A4) of one row, quantised and dequantised in one go:
+// out[k] = e2m1(q[k]) * 2^(byte - 127), exactly the values an MXFP4 x MXFP4 GEMM multiplies (every
+// product of two such values, and every partial sum kernels form of them, is then an fp32 operation on
+// the same numbers). A NaN block stays NaN. K % 32 == 0.
+void mxfp4_qdq_row(const float* x, int64_t K, Mxfp4ScaleMode mode, float* out);
+
 // NVFP4 dynamic activation quantisation of one 16-element block with static global G
 // (docs/formats.md 2.6): s = E4M3(G * amax / 6); multiplier = s ? 1 / (float(s) / G) : 0;
 // q_i = E2M1(x_i * multiplier). Writes 8 packed bytes and returns the scale byte.

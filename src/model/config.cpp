@@ -19,6 +19,7 @@ const char* weight_format_name(WeightFormat f) {
     case WeightFormat::Plain: return "bf16";
     case WeightFormat::MXFP8: return "mxfp8";
     case WeightFormat::NVFP4: return "nvfp4";
+    case WeightFormat::MXFP4: return "mxfp4";
   }
   return "?";
 }
@@ -193,8 +194,13 @@ ModelConfig ModelConfig::from_json_text(const std::string& text, const std::stri
       } else if (!algo.empty() && algo != "mxfp8" && algo != "MXFP8") {
         qr.fail("moe_quant_algo", "unsupported \"" + algo + "\" (expected NVFP4 or absent)");
       }
+    } else if (method == "quark") {
+      c.quark = parse_quark_config(q, where + ": quantization_config");
+      c.dense_format = WeightFormat::MXFP4;
+      c.expert_format = WeightFormat::MXFP4;
     } else {
-      qr.fail("quant_method", "unsupported \"" + method + "\" (supported: mxfp8, with optional NVFP4 experts)");
+      qr.fail("quant_method", "unsupported \"" + method +
+                                  "\" (supported: mxfp8, with optional NVFP4 experts; quark, OCP MXFP4)");
     }
   }
 
@@ -220,6 +226,11 @@ std::string ModelConfig::summary() const {
     << "/" << n_kv_heads << "x" << head_dim << ", vocab " << vocab << ", experts " << n_experts << " top-"
     << experts_per_tok << ", weights " << weight_format_name(dense_format) << "/experts "
     << weight_format_name(expert_format);
+  if (quark.on)
+    o << " (Quark: " << quark.exclude.size() << " exclude entries, input_tensors "
+      << (quark.act_dynamic ? (quark.act_mode ? "dynamic MXFP4, floor scales" : "dynamic MXFP4, even scales")
+                            : "none (weight-only)")
+      << ")";
   if (ns) o << ", MSA block " << block_size << " top-" << topk_blocks << " init " << init_blocks;
   return o.str();
 }

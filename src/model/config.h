@@ -7,9 +7,12 @@
 #include <string>
 #include <vector>
 
+#include "model/quark_config.h"
+
 namespace m3 {
 
-enum class WeightFormat { Plain, MXFP8, NVFP4 };  // Plain = BF16 / F16 / F32 as stored
+// Plain = BF16 / F16 / F32 as stored; MXFP4 = OCP MXFP4 from AMD Quark (quark_config.h).
+enum class WeightFormat { Plain, MXFP8, NVFP4, MXFP4 };
 const char* weight_format_name(WeightFormat f);
 
 struct ModelConfig {
@@ -53,6 +56,14 @@ struct ModelConfig {
   // Weight formats from quantization_config.
   WeightFormat dense_format = WeightFormat::Plain;   // attention, index, dense MLP, shared expert
   WeightFormat expert_format = WeightFormat::Plain;  // routed experts
+  // quant_method "quark": MXFP4 for every linear its exclude list does not name (both formats above are
+  // then MXFP4; format_of applies the exclude list).
+  QuarkMxfp4 quark;
+  // The format of linear `name` (tensor base name) whose category's format is `category`: Plain for a
+  // module a Quark exclude list names, else `category`.
+  WeightFormat format_of(const std::string& name, WeightFormat category) const {
+    return quark.on && quark.excluded(name) ? WeightFormat::Plain : category;
+  }
 
   int bos_id = -1;
   int eos_id = -1;

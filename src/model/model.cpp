@@ -16,7 +16,17 @@ namespace m3 {
 Model::Model(const std::string& dir, const ModelOptions& opt) : cfg_(ModelConfig::from_dir(dir, opt.config_overrides)) {
   if (opt.nvfp4_int8_activations && opt.nvfp4_bf16_activations)
     throw Error("NVFP4 activations: int8 and bf16 exclude each other (--nvfp4-activations takes one)");
+  const std::string& mx = opt.mxfp4_activations;
+  if (mx != "auto" && mx != "mxfp4" && mx != "fp32")
+    throw Error("--mxfp4-activations: unknown value \"" + mx + "\" (expected auto, mxfp4 or fp32)");
+  if (mx == "mxfp4" && cfg_.quark.on && !cfg_.quark.act_dynamic)
+    throw Error("--mxfp4-activations mxfp4: the checkpoint's quantization_config (quark) has no input_tensors: its "
+                "MXFP4 weights were quantised for unquantised activations (use auto or fp32)");
   weights_ = std::make_unique<Weights>(cfg_, opt.weight_memory);
+  // Dynamic MXFP4 activations: the checkpoint's scheme (auto) or asked for; the scale rule is the
+  // checkpoint's input_tensors.scale_calculation_mode ("even" without a quark config).
+  mxfp4_act_matrices_ = weights_->set_mxfp4_activations(mx == "mxfp4" || (mx == "auto" && cfg_.quark.act_dynamic),
+                                                        cfg_.quark.act_mode);
   if (opt.nvfp4_int8_activations) int8_matrices_ = weights_->enable_int8_activations();
   if (opt.mxfp8_bf16_activations) mxfp8_bf16_matrices_ = weights_->enable_bf16_activations(LinearKind::MXFP8);
   if (opt.nvfp4_bf16_activations) nvfp4_bf16_matrices_ = weights_->enable_bf16_activations(LinearKind::NVFP4);

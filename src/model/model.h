@@ -37,6 +37,11 @@ struct ModelOptions {
   // faster, not exact; see kernels/cpu/linear.h). nvfp4_bf16_activations excludes nvfp4_int8_activations.
   bool mxfp8_bf16_activations = false;
   bool nvfp4_bf16_activations = false;
+  // MXFP4 (Quark) matmuls: "auto" (default) what the checkpoint's quantization_config says (dynamic
+  // MXFP4 activations when input_tensors is set, W4A4; else the exact fp32 activations), "mxfp4" the
+  // dynamic MXFP4 activations (refused on a weight-only checkpoint), "fp32" exact fp32 activations against
+  // the dequantised weights (not what the checkpoint was calibrated for; closer to the BF16 model).
+  std::string mxfp4_activations = "auto";
   // Auto (default): read into huge-page memory when the checkpoint fits comfortably, else mapped;
   // Mmap (`--mmap`) / Ram (`--no-mmap`) force one (see formats/safetensors.h).
   WeightMemory weight_memory = WeightMemory::Auto;
@@ -57,6 +62,8 @@ class Model {
   }
   // Matrices stored in 4-row tiles for the decode step (weights read into memory; 0 when mapped).
   int tiled_matrices() const { return tiled_matrices_; }
+  // MXFP4 matrices with dynamic MXFP4 activations (W4A4) after load.
+  int mxfp4_activation_matrices() const { return mxfp4_act_matrices_; }
 
   const ModelConfig& config() const { return cfg_; }
   const Weights& weights() const { return *weights_; }
@@ -91,6 +98,7 @@ class Model {
   std::vector<int> tap_layers_;
   int int8_matrices_ = 0;
   int mxfp8_bf16_matrices_ = 0, nvfp4_bf16_matrices_ = 0;
+  int mxfp4_act_matrices_ = 0;
   int tiled_matrices_ = 0;
 };
 

@@ -100,6 +100,31 @@ class TensorLoader {
       return L;
     }
     const TensorView& w = tensor(base + ".weight");
+    if (expect == WeightFormat::MXFP4) {
+      // Quark OCP MXFP4 (docs/formats.md section 4): weight U8 [N, K/2] (element 2i in the low nibble),
+      // weight_scale U8 [N, K/32] (E8M0).
+      if (K % 32) throw Error(where(w) + ": in-features " + std::to_string(K) + " not a multiple of 32 (MXFP4 block)");
+      if (!st_.has(base + ".weight_scale"))
+        throw Error(where(w) + ": " + dtype_name(w.dtype) + " weight without " + base +
+                    ".weight_scale, but config.json quantization_config (quark) makes this module MXFP4 (it is not "
+                    "in its exclude list)");
+      expect_dtype(w, {DType::U8}, "U8 (two E2M1 codes per byte, MXFP4)");
+      expect_shape(w, {N, K / 2});
+      const TensorView& s = tensor(base + ".weight_scale");
+      expect_dtype(s, {DType::U8}, "U8 (E8M0 scale bytes, one per 32 elements)");
+      expect_shape(s, {N, K / 32});
+      for (size_t i = 0; i < s.nbytes; ++i)
+        if (s.data[i] == 0xff) throw Error(where(s) + ": E8M0 scale byte 0xFF (NaN) at index " + std::to_string(i));
+      L.kind = LinearKind::MXFP4;
+      L.w = w.data;
+      L.scales = s.data;
+      set_scale_range(L);
+      return L;
+    }
+    if (w.dtype == DType::U8 && st_.has(base + ".weight_scale"))
+      throw Error(where(w) + ": MXFP4 weight found (U8 with " + base + ".weight_scale), but config.json " +
+                  "quantization_config implies " + weight_format_name(expect) + " for this tensor" +
+                  (expect == WeightFormat::Plain ? " (a quark exclude entry names it, or there is no quark config)" : ""));
     if (st_.has(base + ".weight_scale_inv")) {
       if (expect != WeightFormat::MXFP8)
         throw Error(where(w) + ": MXFP8 weight found, but config.json quantization_config implies " +

@@ -63,6 +63,9 @@ class Weights {
   // Switches every matrix of `kind` (MXFP8 or NVFP4) to BF16 activations (the opt-in, inexact fast
   // path, see kernels/cpu/linear.h); returns how many matrices switched.
   int enable_bf16_activations(LinearKind kind);
+  // Sets every MXFP4 matrix's dynamic MXFP4 activations (Linear::act_mxfp4) on or off, scale rule
+  // `mode` (0 even, 1 floor); returns how many matrices have them on.
+  int set_mxfp4_activations(bool on, uint8_t mode);
 
   // Weights read into memory only (WeightMemory::Ram): rewrites every matrix the decode kernels can
   // read tiled into the 4-row tile layout (kernels/cpu/linear.h, tile_rows), in place; returns how

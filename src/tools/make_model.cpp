@@ -30,7 +30,8 @@ ModelLayout parse_model_layout(const std::string& s) {
   if (s == "m3-bf16") return ModelLayout::M3Bf16;
   if (s == "m3-mxfp8") return ModelLayout::M3Mxfp8;
   if (s == "m31") return ModelLayout::M31;
-  throw Error("--layout: unknown layout \"" + s + "\" (expected m3-bf16, m3-mxfp8 or m31)");
+  if (s == "m31-mxfp4") return ModelLayout::M31Mxfp4;
+  throw Error("--layout: unknown layout \"" + s + "\" (expected m3-bf16, m3-mxfp8, m31 or m31-mxfp4)");
 }
 
 const char* model_layout_name(ModelLayout l) {
@@ -38,6 +39,7 @@ const char* model_layout_name(ModelLayout l) {
     case ModelLayout::M3Bf16: return "m3-bf16";
     case ModelLayout::M3Mxfp8: return "m3-mxfp8";
     case ModelLayout::M31: return "m31";
+    case ModelLayout::M31Mxfp4: return "m31-mxfp4";
   }
   return "?";
 }
@@ -45,7 +47,7 @@ const char* model_layout_name(ModelLayout l) {
 MakeModelOptions make_model_preset(const std::string& preset, ModelLayout layout) {
   MakeModelOptions o;
   o.layout = layout;
-  const bool m31 = layout == ModelLayout::M31;
+  const bool m31 = layout == ModelLayout::M31 || layout == ModelLayout::M31Mxfp4;
   o.init_block = m31 ? 1 : 0;
   if (preset == "tiny") {
     o.topk_blocks = m31 ? 3 : 16;  // as in the golden m31-tiny / m3-tiny
@@ -122,7 +124,7 @@ void gaussian_row(uint64_t seed, uint64_t name_hash, int64_t row, float stddev, 
   }
 }
 
-enum class Fmt { BF16, F32, MXFP8, NVFP4 };
+enum class Fmt { BF16, F32, MXFP8, NVFP4, MXFP4 };
 
 // Tensors smaller than this are generated on one thread (thread start-up would dominate).
 constexpr int64_t kParallelMin = int64_t(1) << 18;
@@ -162,6 +164,10 @@ class Generator {
         case Fmt::MXFP8:
           add(it.base + ".weight", DType::F8_E4M3, {R, C}, 0);
           add(it.base + ".weight_scale_inv", DType::U8, {R, C / 32}, 1);
+          break;
+        case Fmt::MXFP4:  // Quark OCP MXFP4: packed E2M1, E8M0 per 32
+          add(it.base + ".weight", DType::U8, {R, C / 2}, 0);
+          add(it.base + ".weight_scale", DType::U8, {R, C / 32}, 1);
           break;
         case Fmt::NVFP4:
           add(it.base + ".weight_packed", DType::U8, {R, C / 2}, 0);
@@ -212,8 +218,16 @@ class Generator {
       gaussian_row(seed_, h, r, it.stddev, row, C);
       for (int64_t c = 0; c < C; ++c) row[c] = bf16_to_float(float_to_bf16(row[c]));
     }
-    parts_.assign(it.fmt == Fmt::MXFP8 ? 2 : 3, {});
-    if (it.fmt == Fmt::MXFP8) {
+    parts_.assign(it.fmt == Fmt::NVFP4 ? 3 : 2, {});
+    if (it.fmt == Fmt::MXFP4) {
+      // Quark's weight rule: scale_calculation_mode "even", E2M1 round half to even.
+      parts_[0].resize(size_t(R * (C / 2)));
+      parts_[1].resize(size_t(R * (C / 32)));
+#pragma omp parallel for schedule(static) if (R * C >= kParallelMin)
+      for (int64_t r = 0; r < R; ++r)
+        mxfp4_quantize_row(w.data() + r * C, C, Mxfp4ScaleMode::Even, parts_[0].data() + r * (C / 2),
+                           parts_[1].data() + r * (C / 32));
+    } else if (it.fmt == Fmt::MXFP8) {
       parts_[0].resize(size_t(R * C));
       parts_[1].resize(size_t(R * (C / 32)));
 #pragma omp parallel for schedule(static) if (R * C >= kParallelMin)
@@ -338,13 +352,61 @@ void write_dspark(const MakeModelOptions& o, const TrainedTokenizer& tok, int64_
   write_text(dir / "config.json", cfg.dump(2) + "\n");
 }
 
+// quantization_config as AMD Quark's export writes it for OCP MXFP4 (W4A4, dynamic activations), the keys
+// in Quark's order.
+ojson quark_mxfp4_config() {
+  auto spec = [](bool dynamic) {
+    ojson s;
+    s["dtype"] = "fp4";
+    s["is_dynamic"] = dynamic;
+    s["qscheme"] = "per_group";
+    s["ch_axis"] = -1;
+    s["group_size"] = 32;
+    s["block_size"] = nullptr;
+    s["symmetric"] = nullptr;
+    s["round_method"] = "half_even";
+    s["scale_type"] = "float";
+    s["scale_format"] = "e8m0";
+    s["scale_calculation_mode"] = "even";
+    s["mx_element_dtype"] = nullptr;
+    s["observer_cls"] = "PerBlockMXObserver";
+    s["is_scale_quant"] = false;
+    return s;
+  };
+  ojson g;
+  g["input_tensors"] = spec(true);
+  g["output_tensors"] = nullptr;
+  g["weight"] = spec(false);
+  g["bias"] = nullptr;
+  g["target_device"] = nullptr;
+  ojson q;
+  q["global_quant_config"] = g;
+  q["exclude"] = ojson::array({"language_model.lm_head", "re:.*block_sparse_moe\\.gate$",
+                               "re:.*self_attn\\.index_[qk]_proj$"});
+  q["algo_config"] = nullptr;
+  q["softmax_quant_spec"] = nullptr;
+  q["quant_method"] = "quark";
+  q["layer_type_quant_config"] = ojson::object();
+  q["layer_quant_config"] = ojson::object();
+  q["kv_cache_quant_config"] = ojson::object();
+  q["kv_cache_post_rope"] = false;
+  q["quant_mode"] = "eager_mode";
+  q["export"] = ojson{{"kv_cache_group", ojson::array()}, {"min_kv_scale", 0.0}, {"pack_method", "reorder"},
+                      {"weight_format", "real_quantized"}, {"weight_merge_groups", nullptr}};
+  return q;
+}
+
 }  // namespace
 
 MakeModelStats make_model(const MakeModelOptions& o, const std::string& out_dir) {
   validate_make_model_options(o);
-  const bool m31 = o.layout == ModelLayout::M31;
-  const Fmt lin = o.layout == ModelLayout::M3Bf16 ? Fmt::BF16 : Fmt::MXFP8;
-  const Fmt expert = m31 ? Fmt::NVFP4 : lin;
+  const bool quark = o.layout == ModelLayout::M31Mxfp4;
+  const bool m31 = o.layout == ModelLayout::M31 || quark;
+  const Fmt lin = o.layout == ModelLayout::M3Bf16 ? Fmt::BF16 : quark ? Fmt::MXFP4 : Fmt::MXFP8;
+  const Fmt expert = quark ? Fmt::MXFP4 : m31 ? Fmt::NVFP4 : lin;
+  // The Quark layout keeps the MSA index projections BF16 (its exclude list names them): they pick the
+  // attended blocks, and docs/model.md 3.7 warns against quantising them below the checkpoint's precision.
+  const Fmt index_fmt = quark ? Fmt::BF16 : lin;
 
   const TrainedTokenizer tok = train_byte_bpe(o.merges, o.vocab);
   const int64_t V = tok.vocab_size, H = o.hidden;
@@ -376,8 +438,8 @@ MakeModelStats make_model(const MakeModelOptions& o, const std::string& out_dir)
     norm(L + "self_attn.q_norm.weight", o.head_dim);
     norm(L + "self_attn.k_norm.weight", o.head_dim);
     if (sparse_freq[size_t(l)]) {
-      linear(L + "self_attn.index_q_proj", o.index_heads * o.index_dim, H, lin);
-      linear(L + "self_attn.index_k_proj", o.index_dim, H, lin);
+      linear(L + "self_attn.index_q_proj", o.index_heads * o.index_dim, H, index_fmt);
+      linear(L + "self_attn.index_k_proj", o.index_dim, H, index_fmt);
       norm(L + "self_attn.index_q_norm.weight", o.index_dim);
       norm(L + "self_attn.index_k_norm.weight", o.index_dim);
     }
@@ -477,7 +539,9 @@ MakeModelStats make_model(const MakeModelOptions& o, const std::string& out_dir)
   cfg["model_type"] = "minimax_m3_vl";
   cfg["text_config"] = tc;
   cfg["torch_dtype"] = "bfloat16";
-  if (o.layout != ModelLayout::M3Bf16) {
+  if (quark) {
+    cfg["quantization_config"] = quark_mxfp4_config();
+  } else if (o.layout != ModelLayout::M3Bf16) {
     ojson q;
     q["quant_method"] = "mxfp8";
     q["fmt"] = "e4m3";

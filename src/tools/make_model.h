@@ -1,6 +1,6 @@
 // Random-weight checkpoint generator behind `m3serve make-model`: writes a directory in the
 // real Hugging Face release layout of MiniMax-M3 (BF16 or MXFP8) or MiniMax-M3.1 (MXFP8 +
-// NVFP4 routed experts) with exactly the release tensor names, dtypes and config.json keys,
+// NVFP4 routed experts, or the AMD Quark MXFP4 export) with exactly the release tensor names, dtypes and config.json keys,
 // plus a trained byte-level BPE tokenizer. Deterministic for a given seed and independent of
 // thread count; tensors are generated and written one at a time (streaming).
 #pragma once
@@ -9,9 +9,13 @@
 
 namespace m3 {
 
-enum class ModelLayout { M3Bf16, M3Mxfp8, M31 };
+// M31Mxfp4: the M3.1 model plan as an AMD Quark OCP-MXFP4 export (the recipe's
+// amd/MiniMax-M3.1-Flash-Quark-MXFP4 variant): every linear MXFP4 (weight U8 + weight_scale E8M0) except
+// those the quantization_config's exclude list names (lm_head, the routers, the MSA index projections),
+// dynamic MXFP4 activations.
+enum class ModelLayout { M3Bf16, M3Mxfp8, M31, M31Mxfp4 };
 
-// Parses "m3-bf16" | "m3-mxfp8" | "m31"; throws m3::Error otherwise.
+// Parses "m3-bf16" | "m3-mxfp8" | "m31" | "m31-mxfp4"; throws m3::Error otherwise.
 ModelLayout parse_model_layout(const std::string& s);
 const char* model_layout_name(ModelLayout l);
 

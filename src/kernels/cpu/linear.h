@@ -10,14 +10,16 @@
 
 namespace m3 {
 
-enum class LinearKind { None, F32, BF16, F16, MXFP8, NVFP4 };
+// MXFP4: OCP MX FP4 (AMD Quark exports): packed E2M1 [N, K/2] as NVFP4, one E8M0 scale per 32 along K,
+// no global scale (docs/formats.md section 4).
+enum class LinearKind { None, F32, BF16, F16, MXFP8, NVFP4, MXFP4 };
 const char* linear_kind_name(LinearKind k);
 
 struct Linear {
   LinearKind kind = LinearKind::None;
   int64_t N = 0, K = 0;
   const uint8_t* w = nullptr;       // elements (row-major [N, K] or packed [N, K/2])
-  const uint8_t* scales = nullptr;  // MXFP8: E8M0 [N, K/32]; NVFP4: E4M3 [N, K/16]
+  const uint8_t* scales = nullptr;  // MXFP8, MXFP4: E8M0 [N, K/32]; NVFP4: E4M3 [N, K/16]
   float global_div = 1.0f;          // NVFP4 compressed-tensors weight_global_scale (a divisor)
   // NVFP4 only, opt-in: activations rounded to int8 per 16 elements for the integer dot products
   // (linear_nvfp4_q8.h; faster, not exact). Requires K % 128 == 0 (see enable_int8_activations).
@@ -26,7 +28,14 @@ struct Linear {
   // the products, which then run as BF16 dot products where the CPU has them (linear_bf16_dot.h;
   // faster, not exact). Set by enable_bf16_activations.
   bool act_bf16 = false;
-  // MXFP8: the smallest and largest E8M0 scale code of the matrix (set_scale_range). The decode
+  // MXFP4 only: dynamic MXFP4 activations (W4A4, Quark's OCP-MX scheme): each token's x is quantised per
+  // 32 elements to E2M1 with an E8M0 scale (mxfp4_qdq_row, scale rule act_mxfp4_mode: 0 even, 1 floor)
+  // before the products, which then multiply exactly the values an MXFP4 x MXFP4 GEMM would. Off: the
+  // exact fp32 activations against the dequantised weights. Set at load from quantization_config
+  // (input_tensors) and --mxfp4-activations.
+  bool act_mxfp4 = false;
+  uint8_t act_mxfp4_mode = 0;
+  // MXFP8 and MXFP4: the smallest and largest E8M0 scale code of the matrix (set_scale_range). The decode
   // step moves the block scales onto the activations when the range is narrow (kMxfp8PrescaleCodes);
   // the defaults (0, 255) keep the plain path.
   uint8_t scale_lo = 0, scale_hi = 255;
@@ -59,7 +68,7 @@ struct Linear {
   size_t element_row_bytes() const;  // one row's element bytes (no scales)
 };
 
-// Records an MXFP8 matrix's scale-code range (scale_lo, scale_hi); other formats are left as they are.
+// Records an MXFP8 or MXFP4 matrix's scale-code range (scale_lo, scale_hi); other formats are left as they are.
 void set_scale_range(Linear& W);
 
 // MXFP8 decode step: the block scales are applied to the activations (one copy of x per scale code,
@@ -91,7 +100,8 @@ bool mxfp8_two_source_permute();
 
 // Bytes per chunk of the tiled layout for this matrix, 0 when it is not tiled (F32 / F16, int8
 // activations, or in-features the decode kernels would not read in whole chunks): MXFP8 32 (one
-// block, K % 32 == 0), NVFP4 16 (two blocks, K % 32 == 0), BF16 16 (eight elements, K % 8 == 0).
+// block, K % 32 == 0), NVFP4 16 (two blocks, K % 32 == 0), MXFP4 16 (one block, the NVFP4 nibble order),
+// BF16 16 (eight elements, K % 8 == 0).
 int64_t tile_chunk_bytes(const Linear& W);
 // Rewrites W's element bytes (`bytes` is W.w, writable) into the tiled layout and sets W.tiled;
 // returns false and leaves both alone when tile_chunk_bytes is 0, W has fewer than 4 rows, or W is

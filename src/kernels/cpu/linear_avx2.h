@@ -330,18 +330,22 @@ const float* mxfp8_prescaled_x(const m3::Linear& W, const float* x, const float*
 // the reference's int * scale, rounded once). Faster than widening with vpmovsxbd from the 128-bit
 // halves (two more shuffles per 32 weights), and tiled chunks, whose nibbles need no interleaving,
 // faster still (docs/benchmarks.md section 5).
-template <bool Tiled, int NT>
+// Mx: an MXFP4 matrix (LinearKind::MXFP4): one E8M0 scale per 32 elements (both 16-element halves of a
+// 16-byte load share it; sc rows K/32 apart), stab from mxfp4_placed_scales; the packing and the
+// nibble orders are NVFP4's, so the decode is the same.
+template <bool Tiled, int NT, bool Mx = false>
 void nvfp4_tile_tokens(const uint8_t* p, const uint8_t* sc, const float* stab, const float* x, int64_t K, int64_t N,
                        float* y, bool more) {
   const E2m1Placing c;
   const __m256i &table = c.table, &top0 = c.top0, &top1 = c.top1;
   const __m256i m = _mm256_set1_epi8(0x0f);
   const int64_t nb = K / 16, half = K / 2, ri = Tiled ? 16 : half, cs = Tiled ? 64 : 16;
+  const int64_t ns = Mx ? K / 32 : nb;  // scales per row
   __m256 acc[4][NT];
   for (int i = 0; i < 4; ++i)
     for (int t = 0; t < NT; ++t) acc[i][t] = _mm256_setzero_ps();
   TilePrefetch pf(p + 4 * half, more ? size_t(4 * half) : 0);  // K/32 iterations, 2K bytes
-  if (more) prefetch_range(sc + 4 * nb, size_t(4 * nb));
+  if (more) prefetch_range(sc + 4 * ns, size_t(4 * ns));
   int64_t b = 0;
   for (; b + 2 <= nb; b += 2) {
     pf.lines(1);
@@ -354,7 +358,8 @@ void nvfp4_tile_tokens(const uint8_t* p, const uint8_t* sc, const float* stab, c
       // and the high nibbles already (Linear::tiled), checkpoint rows interleave them.
       const __m256i v0 = _mm256_shuffle_epi8(table, Tiled ? lo : _mm256_unpacklo_epi8(lo, hi));
       const __m256i v1 = _mm256_shuffle_epi8(table, Tiled ? hi : _mm256_unpackhi_epi8(lo, hi));
-      const __m256 s0 = _mm256_set1_ps(stab[sc[i * nb + b]]), s1 = _mm256_set1_ps(stab[sc[i * nb + b + 1]]);
+      const float sa = stab[sc[i * ns + (Mx ? b / 2 : b)]];
+      const __m256 s0 = _mm256_set1_ps(sa), s1 = _mm256_set1_ps(Mx ? sa : stab[sc[i * nb + b + 1]]);
       const __m256 w0 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_shuffle_epi8(v0, top0)), s0);
       const __m256 w1 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_shuffle_epi8(v0, top1)), s0);
       const __m256 w2 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_shuffle_epi8(v1, top0)), s1);
@@ -368,6 +373,7 @@ void nvfp4_tile_tokens(const uint8_t* p, const uint8_t* sc, const float* stab, c
       }
     }
   }
+  if constexpr (!Mx)  // MXFP4: K % 32 == 0, no odd block
   for (; b < nb; ++b)  // an odd last block (row-major only: tiled needs K % 32 == 0)
     for (int i = 0; i < 4; ++i) {
       __m256 a, d;
@@ -381,10 +387,10 @@ void nvfp4_tile_tokens(const uint8_t* p, const uint8_t* sc, const float* stab, c
     for (int i = 0; i < 4; ++i) y[t * N + i] = hsum8(acc[i][t]);
 }
 
-template <bool Tiled>
+template <bool Tiled, bool Mx = false>
 void dot_rows4_nvfp4(const uint8_t* p, const uint8_t* sc, const float* stab, const float* x, int64_t K, float* y,
                      bool more) {
-  nvfp4_tile_tokens<Tiled, 1>(p, sc, stab, x, K, 0, y, more);
+  nvfp4_tile_tokens<Tiled, 1, Mx>(p, sc, stab, x, K, 0, y, more);
 }
 
 // A step of a few tokens (batched decode, speculative verification, experts that got 2-3 tokens)
@@ -442,6 +448,14 @@ bool nvfp4_placed_scales(const m3::Linear& W, float* stab) {
     exact &= stab[c] * 0x1p24f == s || s != s;
   }
   return exact;
+}
+
+// The same table for an MXFP4 matrix: stab[c] = (2^(c - 127) / 2) * 2^-24 = 2^(c - 152), exact for codes 3
+// and up (2^-149 is the smallest float); false when the matrix holds a lower code (set_scale_range:
+// scale_lo), and the caller then takes the general path (decode_row's values, computed directly).
+bool mxfp4_placed_scales(const m3::Linear& W, float* stab) {
+  for (int c = 0; c < 256; ++c) stab[c] = c >= 3 && c < 255 ? std::ldexp(1.0f, c - 152) : 0.f;
+  return W.scale_lo >= 3 && W.scale_hi < 255;
 }
 
 // BF16 (the lm_head): widening is a shift, so the decoded row need not pass through scratch.

@@ -43,7 +43,8 @@ namespace {
 inline int64_t tile_tokens512_max(m3::LinearKind kind) {
   switch (kind) {
     case m3::LinearKind::MXFP8: return 15;
-    case m3::LinearKind::NVFP4: return 11;
+    case m3::LinearKind::NVFP4:
+    case m3::LinearKind::MXFP4: return 11;  // MXFP4: NVFP4's decode, not measured apart
     default: return 40;
   }
 }
@@ -209,21 +210,24 @@ void nvfp4_weight_table(const float* stab, float* wtab) {
   for (int c = 0; c < 256; ++c) _mm512_store_ps(wtab + 16 * c, _mm512_mul_ps(twice, _mm512_set1_ps(stab[c])));
 }
 
-struct Nvfp4Tile {
+// Mx: MXFP4 (one E8M0 scale per 32-element chunk, rows K/32 scales apart; wtab from mxfp4_placed_scales):
+// the chunk's two halves (low and high nibbles) take the same table.
+template <bool Mx>
+struct Fp4Tile {
   static constexpr int kElems = 32, kLines = 1;
   const uint8_t* q;
   const uint8_t* sc;
   const float* wtab;  // nvfp4_weight_table
-  int64_t nb;
+  int64_t nb;         // scales per row
   __m512i idx[2];
   __m512i m = _mm512_set1_epi8(0x0f);
   __m512i odd = _mm512_maskz_set1_epi8(0xffff0000ffff0000ull, 0x10);  // in the bytes of rows 1 and 3
-  Nvfp4Tile(const uint8_t* q_, const uint8_t* sc_, const float* wtab_, int64_t K)
-      : q(q_), sc(sc_), wtab(wtab_), nb(K / 16) {
+  Fp4Tile(const uint8_t* q_, const uint8_t* sc_, const float* wtab_, int64_t K)
+      : q(q_), sc(sc_), wtab(wtab_), nb(Mx ? K / 32 : K / 16) {
     for (int p = 0; p < 2; ++p) idx[p] = load_bytes(kNvfp4Lanes[p]);
   }
-  static Nvfp4Tile at(const m3::Linear& W, const float* wtab, int64_t r) {
-    return Nvfp4Tile(W.w + size_t(r) * size_t(W.K / 2), W.scales + size_t(r) * size_t(W.K / 16), wtab, W.K);
+  static Fp4Tile at(const m3::Linear& W, const float* wtab, int64_t r) {
+    return Fp4Tile(W.w + size_t(r) * size_t(W.K / 2), W.scales + size_t(r) * size_t(Mx ? W.K / 32 : W.K / 16), wtab, W.K);
   }
   template <class Emit>
   inline void chunk(int64_t c, Emit&& emit) const {
@@ -233,17 +237,21 @@ struct Nvfp4Tile {
 #pragma GCC unroll 2
     for (int p = 0; p < 2; ++p) {
       const __m512i d = _mm512_permutex2var_epi8(lo, idx[p], hi);
-      const uint8_t* s0 = sc + (2 * p) * nb + 2 * c;
+      const uint8_t* s0 = sc + (2 * p) * nb + (Mx ? c : 2 * c);
       const uint8_t* s1 = s0 + nb;
 #pragma GCC unroll 2
       for (int h = 0; h < 2; ++h) {  // block 2c + h: steps 2h, 2h + 1 (bytes 2h, 2h + 1 of each lane)
-        const __m512 t0 = _mm512_load_ps(wtab + 16 * size_t(s0[h])), t1 = _mm512_load_ps(wtab + 16 * size_t(s1[h]));
+        const int sh = Mx ? 0 : h;
+        const __m512 t0 = _mm512_load_ps(wtab + 16 * size_t(s0[sh])), t1 = _mm512_load_ps(wtab + 16 * size_t(s1[sh]));
         emit(2 * h, p, _mm512_permutex2var_ps(t0, h ? _mm512_srli_epi32(d, 16) : d, t1));
         emit(2 * h + 1, p, _mm512_permutex2var_ps(t0, _mm512_srli_epi32(d, 16 * h + 8), t1));
       }
     }
   }
 };
+
+using Nvfp4Tile = Fp4Tile<false>;
+using Mxfp4Tile = Fp4Tile<true>;
 
 struct Bf16Tile {
   static constexpr int kElems = 32, kLines = 4;  // four 8-element steps per chunk (K % 32 == 0)
@@ -475,13 +483,14 @@ inline void with_tokens6(int64_t n, F&& f) {
   }
 }
 
-// Whether a 512-bit decoder applies to W: tiled, and MXFP8 with codes the Scaled form takes, NVFP4
-// with placed scales (wtab), or BF16 (K % 32 == 0).
+// Whether a 512-bit decoder applies to W: tiled, and MXFP8 with codes the Scaled form takes, NVFP4 or
+// MXFP4 with placed scales (wtab), or BF16 (K % 32 == 0).
 inline bool tile512_applies(const m3::Linear& W, const float* wtab) {
   if (!W.tiled) return false;
   switch (W.kind) {
     case m3::LinearKind::MXFP8: return W.scale_hi <= m3::kMxfp8PrescaleMaxCode;
-    case m3::LinearKind::NVFP4: return wtab != nullptr;
+    case m3::LinearKind::NVFP4:
+    case m3::LinearKind::MXFP4: return wtab != nullptr;
     case m3::LinearKind::BF16: return W.K % Bf16Tile::kElems == 0;
     default: return false;
   }
@@ -495,6 +504,8 @@ inline void with_tile512(const m3::Linear& W, const float* wtab, int64_t r, F&& 
     f(Mxfp8Tile::at(W, wtab, r));
   else if (W.kind == m3::LinearKind::NVFP4)
     f(Nvfp4Tile::at(W, wtab, r));
+  else if (W.kind == m3::LinearKind::MXFP4)
+    f(Mxfp4Tile::at(W, wtab, r));
   else
     f(Bf16Tile::at(W, wtab, r));
 }

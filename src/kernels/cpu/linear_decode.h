@@ -33,7 +33,7 @@ const uint8_t* row_elements(const m3::Linear& W, int64_t r) {
   const uint8_t* tile = W.w + size_t(r - i) * size_t(rb);
   for (int64_t c = 0; c < rb / cb; ++c) {
     const uint8_t* chunk = tile + (c * m3::kLinearTileRows + i) * cb;
-    if (W.kind == m3::LinearKind::NVFP4)
+    if (W.kind == m3::LinearKind::NVFP4 || W.kind == m3::LinearKind::MXFP4)
       m3::nvfp4_chunk_nibbles(chunk, buf.data() + c * cb, false);
     else
       std::memcpy(buf.data() + c * cb, chunk, size_t(cb));
@@ -100,6 +100,27 @@ void decode_row(const m3::Linear& W, int64_t r, float* __restrict out) {
       }
       break;
     }
+    case m3::LinearKind::MXFP4: {
+      // e2m1 * 2^(code - 127): exact in fp32 for every code pair (mxfp4_dequant_row's values).
+      const float* e2 = m3::element_tables().e2m1.data();
+      const uint8_t* p = row_elements(W, r);
+      const uint8_t* sc = W.scales + size_t(r) * (K / 32);
+      for (int64_t b = 0; b < K / 32; ++b) {
+        const float s = m3::e8m0_to_float(sc[b]);
+#ifdef M3_KERNELS_AVX2
+        (void)e2;
+        e2m1x16_to_f32(p + b * 16, s * 0.5f, out + b * 32);  // codes decode to twice their value
+        e2m1x16_to_f32(p + b * 16 + 8, s * 0.5f, out + b * 32 + 16);
+        continue;
+#endif
+        for (int j = 0; j < 16; ++j) {
+          const uint8_t byte = p[b * 16 + j];
+          out[b * 32 + 2 * j] = e2[byte & 15] * s;
+          out[b * 32 + 2 * j + 1] = e2[byte >> 4] * s;
+        }
+      }
+      break;
+    }
     case m3::LinearKind::None:
       std::memset(out, 0, size_t(K) * 4);
       break;
@@ -144,6 +165,16 @@ void decode_tile(const m3::Linear& W, int64_t r, float* __restrict out) {
       for (int64_t c = 0; c < K / 32; ++c)
         nvfp4_tile_chunk(tile + (c * m3::kLinearTileRows + i) * 16, (e4[sc[2 * c]] * 0.5f) / g,
                          (e4[sc[2 * c + 1]] * 0.5f) / g, out + i * K + c * 32);
+    }
+    return;
+  }
+  if (W.tiled && W.kind == m3::LinearKind::MXFP4) {  // chunk = 16 bytes, one block: elements j low, 16 + j high
+    for (int i = 0; i < m3::kLinearTileRows; ++i) {
+      const uint8_t* sc = W.scales + size_t(r + i) * (K / 32);
+      for (int64_t c = 0; c < K / 32; ++c) {
+        const float s = m3::e8m0_to_float(sc[c]) * 0.5f;
+        nvfp4_tile_chunk(tile + (c * m3::kLinearTileRows + i) * 16, s, s, out + i * K + c * 32);
+      }
     }
     return;
   }

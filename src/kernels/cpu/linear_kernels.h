@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "base/aligned_vector.h"
+#include "formats/quantize.h"
 #include "kernels/cpu/dispatch.h"
 #include "kernels/cpu/isa_level.h"
 #include "kernels/cpu/linear.h"
@@ -75,7 +76,60 @@ inline void round_to_bf16(const float* x, int64_t n, float* out) {
   }
 }
 
+#ifdef M3_KERNELS_AVX2
+// One 32-element block of mxfp4_qdq_row (formats/quantize.h) in AVX2, the same values: the scale byte from
+// the largest |x| bit pattern (integer max: NaN patterns sort above infinity), then each |x| * 2^(127 -
+// byte) rounded to the E2M1 grid (steps of 0.5 below 2, 1 below 4, 2 above: round-half-even on the step,
+// which is float_to_e2m1's ties-to-even-code rule), saturated at 6, signed and scaled back.
+inline void mxfp4_qdq_block_avx2(const float* x, bool floor_mode, float* out) {
+  const __m256i absm = _mm256_set1_epi32(0x7fffffff);
+  __m256i m = _mm256_setzero_si256();
+  for (int j = 0; j < 4; ++j) m = _mm256_max_epi32(m, _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + 8 * j)), absm));
+  __m128i h = _mm_max_epi32(_mm256_castsi256_si128(m), _mm256_extracti128_si256(m, 1));
+  h = _mm_max_epi32(h, _mm_shuffle_epi32(h, 0x4e));
+  h = _mm_max_epi32(h, _mm_shuffle_epi32(h, 0xb1));
+  uint32_t bits = uint32_t(_mm_cvtsi128_si32(h));
+  if (bits > 0x7f800000u) {  // a NaN in the block
+    for (int i = 0; i < 32; ++i) out[i] = NAN;
+    return;
+  }
+  if (!floor_mode) bits = (bits + 0x200000u) & 0x7f800000u;
+  const int byte = std::clamp(int(bits >> 23) - 2, 0, 254);
+  const __m256 up = _mm256_set1_ps(std::ldexp(1.0f, 127 - byte)), down = _mm256_set1_ps(std::ldexp(1.0f, byte - 127));
+  const __m256 two = _mm256_set1_ps(2.0f), four = _mm256_set1_ps(4.0f), six = _mm256_set1_ps(6.0f);
+  const __m256 half = _mm256_set1_ps(0.5f), one = _mm256_set1_ps(1.0f);
+  const __m256 sign = _mm256_castsi256_ps(_mm256_set1_epi32(int(0x80000000u)));
+  for (int j = 0; j < 4; ++j) {
+    const __m256 v = _mm256_loadu_ps(x + 8 * j);
+    const __m256 a = _mm256_mul_ps(_mm256_andnot_ps(sign, v), up);
+    // step 0.5 / 1 / 2 and its inverse, by range (powers of two: every product below is exact).
+    const __m256 ge2 = _mm256_cmp_ps(a, two, _CMP_GE_OQ), ge4 = _mm256_cmp_ps(a, four, _CMP_GE_OQ);
+    const __m256 step = _mm256_blendv_ps(_mm256_blendv_ps(half, one, ge2), two, ge4);
+    const __m256 inv = _mm256_blendv_ps(_mm256_blendv_ps(two, one, ge2), half, ge4);
+    __m256 q = _mm256_mul_ps(_mm256_round_ps(_mm256_mul_ps(a, inv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), step);
+    q = _mm256_min_ps(q, six);
+    _mm256_storeu_ps(out + 8 * j, _mm256_mul_ps(_mm256_or_ps(q, _mm256_and_ps(v, sign)), down));
+  }
+}
+#endif
+
+// x[0, n) (n % 32 == 0) through the dynamic MXFP4 activation quantiser of an act_mxfp4 matrix.
+inline void mxfp4_qdq(const float* x, int64_t n, uint8_t mode, float* out) {
+  const bool floor_mode = mode == 1;
+#ifdef M3_KERNELS_AVX2
+  for (int64_t b = 0; b < n; b += 32) mxfp4_qdq_block_avx2(x + b, floor_mode, out + b);
+#else
+  m3::mxfp4_qdq_row(x, n, floor_mode ? m3::Mxfp4ScaleMode::Floor : m3::Mxfp4ScaleMode::Even, out);
+#endif
+}
+
 void rows_setup(const m3::Linear& W, const float* x, int64_t T, RowsSetup& s) {
+  if (W.act_mxfp4) {
+    static thread_local m3::AlignedVector<float> xq;  // grown on demand: no allocation in steady-state decode
+    if (xq.size() < size_t(T * W.K)) xq.resize(size_t(T * W.K));
+    mxfp4_qdq(x, T * W.K, W.act_mxfp4_mode, xq.data());
+    s.xr = x = xq.data();
+  }
   if (W.act_bf16) {
     static thread_local m3::AlignedVector<float> xr;  // grown on demand: no allocation in steady-state decode
     if (xr.size() < size_t(T * W.K)) xr.resize(size_t(T * W.K));
@@ -112,7 +166,9 @@ void rows_setup(const m3::Linear& W, const float* x, int64_t T, RowsSetup& s) {
     return;
   }
 #ifdef M3_KERNELS_AVX2
-  s.nvfp4_fused = (T <= kTileTokensMax || kAvx512) && W.kind == m3::LinearKind::NVFP4 && nvfp4_placed_scales(W, s.nvfp4_stab);
+  s.nvfp4_fused = (T <= kTileTokensMax || kAvx512) &&
+                  ((W.kind == m3::LinearKind::NVFP4 && nvfp4_placed_scales(W, s.nvfp4_stab)) ||
+                   (W.kind == m3::LinearKind::MXFP4 && mxfp4_placed_scales(W, s.nvfp4_stab)));
 #ifdef M3_KERNELS_AVX512
   if (s.nvfp4_fused && W.tiled) {
     alignas(64) static thread_local float wtab[256 * 16];
@@ -172,6 +228,12 @@ bool tile_tokens(const m3::Linear& W, const RowsSetup& s, const float* x, int64_
         bf16_tile_tokens<NT>(reinterpret_cast<const uint16_t*>(W.w) + size_t(r) * K, xt, K, N, yt, more, W.tiled);
       } else if (mx) {
         mxfp8_tile_tokens<NT>(W.w + size_t(r) * K, W.scales + size_t(r) * (K / 32), xt, K, N, yt, more, W.tiled);
+      } else if (W.kind == m3::LinearKind::MXFP4) {
+        const uint8_t *q = W.w + size_t(r) * (K / 2), *sc = W.scales + size_t(r) * (K / 32);
+        if (W.tiled)
+          nvfp4_tile_tokens<true, NT, true>(q, sc, s.nvfp4_stab, xt, K, N, yt, more);
+        else
+          nvfp4_tile_tokens<false, NT, true>(q, sc, s.nvfp4_stab, xt, K, N, yt, more);
       } else {
         const uint8_t *q = W.w + size_t(r) * (K / 2), *sc = W.scales + size_t(r) * (K / 16);
         if (W.tiled)
@@ -255,6 +317,15 @@ void rows_run(const m3::Linear& W, const RowsSetup& s, const float* x, int64_t T
       }
       if (W.kind == m3::LinearKind::MXFP8) {
         dot_rows4_mxfp8(W.w + size_t(r) * K, W.scales + size_t(r) * (K / 32), x, K, y + r, more, W.tiled);
+        continue;
+      }
+      if (s.nvfp4_fused && W.kind == m3::LinearKind::MXFP4) {
+        const uint8_t* q = W.w + size_t(r) * (K / 2);
+        const uint8_t* sc = W.scales + size_t(r) * (K / 32);
+        if (W.tiled)
+          dot_rows4_nvfp4<true, true>(q, sc, s.nvfp4_stab, x, K, y + r, more);
+        else
+          dot_rows4_nvfp4<false, true>(q, sc, s.nvfp4_stab, x, K, y + r, more);
         continue;
       }
       if (s.nvfp4_fused) {

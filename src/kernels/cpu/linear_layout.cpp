@@ -27,6 +27,7 @@ const char* linear_kind_name(LinearKind k) {
     case LinearKind::F16: return "F16";
     case LinearKind::MXFP8: return "MXFP8";
     case LinearKind::NVFP4: return "NVFP4";
+    case LinearKind::MXFP4: return "MXFP4";
   }
   return "?";
 }
@@ -40,6 +41,7 @@ size_t Linear::bytes() const {
     case LinearKind::F16: return n * 2;
     case LinearKind::MXFP8: return n + n / 32;
     case LinearKind::NVFP4: return n / 2 + n / 16;
+    case LinearKind::MXFP4: return n / 2 + n / 32;
   }
   return 0;
 }
@@ -51,13 +53,14 @@ size_t Linear::element_row_bytes() const {
     case LinearKind::BF16:
     case LinearKind::F16: return size_t(K) * 2;
     case LinearKind::MXFP8: return size_t(K);
-    case LinearKind::NVFP4: return size_t(K) / 2;
+    case LinearKind::NVFP4:
+    case LinearKind::MXFP4: return size_t(K) / 2;
   }
   return 0;
 }
 
 void set_scale_range(Linear& W) {
-  if (W.kind != LinearKind::MXFP8 || !W.scales) return;
+  if ((W.kind != LinearKind::MXFP8 && W.kind != LinearKind::MXFP4) || !W.scales) return;
   const size_t n = size_t(W.N) * size_t(W.K / 32);
   uint8_t lo = 255, hi = 0;
   for (size_t i = 0; i < n; ++i) {
@@ -131,6 +134,7 @@ int64_t tile_chunk_bytes(const Linear& W) {
   switch (W.kind) {
     case LinearKind::MXFP8: return W.K % 32 == 0 ? 32 : 0;
     case LinearKind::NVFP4: return W.K % 32 == 0 && !W.act_int8 ? 16 : 0;
+    case LinearKind::MXFP4: return W.K % 32 == 0 ? 16 : 0;
     case LinearKind::BF16: return W.K % 8 == 0 ? 16 : 0;
     default: return 0;
   }
@@ -164,7 +168,7 @@ bool tile_rows(Linear& W, uint8_t* bytes) {
         for (int i = 0; i < kLinearTileRows; ++i) {
           uint8_t* out = dst + (c * kLinearTileRows + i) * cb;
           const uint8_t* in = tile.data() + i * rb + c * cb;
-          if (W.kind == LinearKind::NVFP4)
+          if (W.kind == LinearKind::NVFP4 || W.kind == LinearKind::MXFP4)
             nvfp4_chunk_nibbles(in, out, true);
           else
             std::memcpy(out, in, size_t(cb));
