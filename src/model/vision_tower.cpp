@@ -4,6 +4,7 @@
 #include "model/vision_tower.h"
 
 #include <cmath>
+#include <cstring>
 #include <string>
 
 #include "base/error.h"
@@ -134,6 +135,7 @@ std::vector<float> VisionTower::forward(const float* patches, const std::vector<
   }
   std::vector<float> x(size_t(T * H)), h(size_t(T * H)), q(size_t(T * H)), k(size_t(T * H)), v(size_t(T * H)),
       att(size_t(T * H)), mlp(size_t(T * I));
+  std::vector<float> qh, kh, vt, sc, oh;  // one head of one image: Q, K, V^T, scores, output
   linear_forward(patch_embed_, patches, T, h.data());
   layer_norm(h.data(), T, H, pre_ln_w_, pre_ln_b_, cfg_.layer_norm_eps, x.data());
   const float scale = 1.0f / std::sqrt(float(D));
@@ -153,35 +155,50 @@ std::vector<float> VisionTower::forward(const float* patches, const std::vector<
             z[i] = a * c - b * s;
             z[i + half] = b * c + a * s;
           }
-    // Bidirectional attention within each image.
+    // Bidirectional attention within each image, one head at a time as two matmuls through the shared
+    // linear kernels (speed: the scalar loop this replaced ran the mid tower's 448x448 encoder 5x slower):
+    // S = Q_h K_h^T (K_h as an F32 [n, D] weight), row softmax in fp32, O_h = P V_h (V_h^T as [D, n]).
     int64_t off = 0;
     for (const auto& g : grids) {
       const int64_t n = g.patches();
-#pragma omp parallel
-      {
-        std::vector<float> sc(static_cast<size_t>(n));
-#pragma omp for collapse(2) schedule(dynamic, 4)
-        for (int64_t hd = 0; hd < NH; ++hd)
-          for (int64_t i = 0; i < n; ++i) {
-            const float* qi = q.data() + (off + i) * H + hd * D;
-            float mx = -INFINITY;
-            for (int64_t j = 0; j < n; ++j) {
-              const float* kj = k.data() + (off + j) * H + hd * D;
-              float s = 0.f;
-              for (int64_t d = 0; d < D; ++d) s += qi[d] * kj[d];
-              sc[size_t(j)] = s * scale;
-              mx = std::max(mx, sc[size_t(j)]);
-            }
-            float sum = 0.f;
-            for (int64_t j = 0; j < n; ++j) sum += (sc[size_t(j)] = std::exp(sc[size_t(j)] - mx));
-            float* o = att.data() + (off + i) * H + hd * D;
-            for (int64_t d = 0; d < D; ++d) o[d] = 0.f;
-            for (int64_t j = 0; j < n; ++j) {
-              const float w = sc[size_t(j)] / sum;
-              const float* vj = v.data() + (off + j) * H + hd * D;
-              for (int64_t d = 0; d < D; ++d) o[d] += w * vj[d];
-            }
+      kh.resize(size_t(n * D));
+      qh.resize(size_t(n * D));
+      vt.resize(size_t(D * n));
+      sc.resize(size_t(n * n));
+      oh.resize(size_t(n * D));
+      for (int64_t hd = 0; hd < NH; ++hd) {
+#pragma omp parallel for schedule(static) if (n > 64)
+        for (int64_t i = 0; i < n; ++i)
+          for (int64_t d = 0; d < D; ++d) {
+            qh[size_t(i * D + d)] = q[size_t((off + i) * H + hd * D + d)] * scale;
+            kh[size_t(i * D + d)] = k[size_t((off + i) * H + hd * D + d)];
+            vt[size_t(d * n + i)] = v[size_t((off + i) * H + hd * D + d)];
           }
+        Linear KW;
+        KW.kind = LinearKind::F32;
+        KW.N = n;
+        KW.K = D;
+        KW.w = reinterpret_cast<const uint8_t*>(kh.data());
+        linear_forward(KW, qh.data(), n, sc.data());
+#pragma omp parallel for schedule(static) if (n > 64)
+        for (int64_t i = 0; i < n; ++i) {
+          float* r = sc.data() + i * n;
+          float mx = -INFINITY;
+          for (int64_t j = 0; j < n; ++j) mx = std::max(mx, r[j]);
+          float sum = 0.f;
+          for (int64_t j = 0; j < n; ++j) sum += (r[j] = std::exp(r[j] - mx));
+          const float inv = 1.0f / sum;
+          for (int64_t j = 0; j < n; ++j) r[j] *= inv;
+        }
+        Linear VW;
+        VW.kind = LinearKind::F32;
+        VW.N = D;
+        VW.K = n;
+        VW.w = reinterpret_cast<const uint8_t*>(vt.data());
+        linear_forward(VW, sc.data(), n, oh.data());
+#pragma omp parallel for schedule(static) if (n > 64)
+        for (int64_t i = 0; i < n; ++i)
+          std::memcpy(att.data() + (off + i) * H + hd * D, oh.data() + i * D, size_t(D) * sizeof(float));
       }
       off += n;
     }
