@@ -8,13 +8,14 @@
 #include "bench/roofline.h"
 #include "cli/model_flags.h"
 #include "bench/serve_bench.h"
+#include "bench/vision_bench.h"
 #include "cli/commands.h"
 #include "base/error.h"
 
 namespace m3::cli {
 
 void register_bench(CLI::App& app) {
-  CLI::App* b = app.add_subcommand("bench", "Benchmarks: `serve` (an OpenAI-compatible endpoint) and `roofline` (this machine)");
+  CLI::App* b = app.add_subcommand("bench", "Benchmarks: `serve` (an OpenAI-compatible endpoint), `roofline` (this machine) and `vision` (the image path)");
   b->require_subcommand(1);
 
   auto so = std::make_shared<bench::ServeBenchOptions>();
@@ -102,6 +103,15 @@ void register_bench(CLI::App& app) {
     ro->model_dir = resolve_model_dirs(rflags->ref, ro->model_dir).model;
     bench::run_roofline(*ro);
   });
+
+  auto vo = std::make_shared<bench::VisionBenchOptions>();
+  CLI::App* v = b->add_subcommand("vision", "Time image preprocessing and the vision tower's encoder per image size");
+  v->add_option("--model", vo->model_dir, "Model directory (with a vision tower)")->required();
+  v->add_option("--image", vo->images, "Image file(s) to decode, preprocess and encode");
+  v->add_option("--size", vo->sizes, "Synthetic image size(s) WxH, e.g. 448x448 1344x896");
+  v->add_option("--repeats", vo->repeats, "Timed repetitions per image (median and range printed)")->capture_default_str();
+  v->add_option("--threads", vo->threads, "Threads (0: OpenMP default)")->capture_default_str();
+  v->callback([vo] { bench::run_vision_bench(*vo); });
 }
 
 }  // namespace m3::cli

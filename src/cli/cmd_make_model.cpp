@@ -37,6 +37,8 @@ const std::pair<const char*, int64_t MakeModelOptions::*> kSizeFlags[] = {
     {"topk-blocks", &MakeModelOptions::topk_blocks}, {"init-block", &MakeModelOptions::init_block},
     {"local-block", &MakeModelOptions::local_block}, {"merges", &MakeModelOptions::merges},
     {"dspark-layers", &MakeModelOptions::dspark_layers},
+    {"vision-hidden", &MakeModelOptions::vision_hidden}, {"vision-layers", &MakeModelOptions::vision_layers},
+    {"vision-heads", &MakeModelOptions::vision_heads}, {"vision-width", &MakeModelOptions::vision_width},
 };
 
 }  // namespace

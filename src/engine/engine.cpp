@@ -333,8 +333,28 @@ std::string Engine::describe() const {
 }
 
 void Engine::add_request(const std::string& id, std::vector<int32_t> prompt, const SamplingParams& params,
-                         const TextOptions& text, const RequestKv& kv) {
+                         const TextOptions& text, std::vector<MultimodalSpan> mm) {
+  add_request(id, std::move(prompt), params, text, RequestKv{}, std::move(mm));
+}
+
+void Engine::add_request(const std::string& id, std::vector<int32_t> prompt, const SamplingParams& params,
+                         const TextOptions& text, const RequestKv& kv, std::vector<MultimodalSpan> mm) {
   params.validate();
+  {
+    const int64_t H = model_.config().hidden;
+    int64_t end = 0;
+    for (const auto& m : mm) {
+      if (m.count <= 0 || m.offset < end || m.offset + m.count > int64_t(prompt.size()))
+        throw Error("multimodal span at token " + std::to_string(m.offset) + " of " + std::to_string(m.count) +
+                    " tokens: expected spans in order, disjoint, inside the " + std::to_string(prompt.size()) +
+                    "-token prompt");
+      if (!m.embeds || int64_t(m.embeds->size()) != m.count * H)
+        throw Error("multimodal span at token " + std::to_string(m.offset) + ": " +
+                    std::to_string(m.embeds ? m.embeds->size() : 0) + " values, expected " + std::to_string(m.count) +
+                    " x hidden " + std::to_string(H));
+      end = m.offset + m.count;
+    }
+  }
   if (seqs_.count(id)) throw Error("request id \"" + id + "\" is already in use");
   if (prompt.empty()) throw Error("the prompt is empty (at least one token is needed)");
   const int64_t V = model_.config().vocab;
@@ -375,6 +395,7 @@ void Engine::add_request(const std::string& id, std::vector<int32_t> prompt, con
   }
   s->request_id = id;
   s->prompt = std::move(prompt);
+  s->mm = std::move(mm);
   s->params = params;
   if (!s->params.has_seed) s->params.seed = std::random_device{}() ^ (uint64_t(std::random_device{}()) << 32);
   s->sampler = Sampler(s->params);
@@ -535,6 +556,7 @@ std::vector<RequestOutput> Engine::step() {
   items_.resize(plan.size());
   views_.resize(plan.size());
   if (step_tokens_.size() < plan.size()) step_tokens_.resize(plan.size());
+  if (step_embeds_.size() < plan.size()) step_embeds_.resize(plan.size());
   auto& toks = step_tokens_;
   int64_t nlogits = 0, nrows = 0;
   for (size_t i = 0; i < plan.size(); ++i) {
@@ -549,6 +571,14 @@ std::vector<RequestOutput> Engine::step() {
     items_[i].start = c.start;
     // A speculative chunk needs the target's distribution at every position (anchor + drafts).
     items_[i].logits_from = c.spec ? 0 : c.sample ? c.n - 1 : c.n;
+    items_[i].embeds = nullptr;
+    if (!c.seq->mm.empty() && c.seq->mm_salt(c.start, c.n)) {
+      // This chunk holds image tokens (chunked prefill may split an image across steps).
+      auto& e = step_embeds_[i];
+      e.assign(size_t(c.n + c.spec), nullptr);
+      for (int64_t j = 0; j < c.n; ++j) e[size_t(j)] = c.seq->mm_embed(c.start + j, model_.config().hidden);
+      items_[i].embeds = e.data();
+    }
     nlogits += items_[i].n - items_[i].logits_from;
     nrows += items_[i].n;
     if (c.start < int64_t(c.seq->prompt.size())) stats_.prompt_tokens_computed += std::min<int64_t>(c.n, int64_t(c.seq->prompt.size()) - c.start);

@@ -128,7 +128,11 @@ class Engine {
   // `kv`: prefill/decode disaggregation (hold the prompt's pages for another engine, or start from
   // pages pulled from one; a remote prefill must hold one page per block of the prompt).
   void add_request(const std::string& id, std::vector<int32_t> prompt, const SamplingParams& params,
-                   const TextOptions& text = {}, const RequestKv& kv = {});
+                   const TextOptions& text = {}, const RequestKv& kv = {}, std::vector<MultimodalSpan> mm = {});
+  // The same with multimodal spans only: embeddings that replace runs of prompt tokens (see MultimodalSpan;
+  // each must lie inside the prompt, in order, disjoint, with count x hidden values).
+  void add_request(const std::string& id, std::vector<int32_t> prompt, const SamplingParams& params,
+                   const TextOptions& text, std::vector<MultimodalSpan> mm);
   // Ends a request at once and frees its pages; returns false if it is unknown or finished. `out`
   // (may be null) gets its final output: finished, Abort, and the text that was still held back.
   bool abort(const std::string& id, RequestOutput* out = nullptr);
@@ -217,7 +221,8 @@ class Engine {
   std::vector<float> logits_;
   std::vector<BatchItem> items_;
   std::vector<std::unique_ptr<PagedKV>> views_;
-  std::vector<std::vector<int32_t>> step_tokens_;  // per scheduled chunk, reused across steps
+  std::vector<std::vector<int32_t>> step_tokens_;
+  std::vector<std::vector<const float*>> step_embeds_;  // per chunk with multimodal rows  // per scheduled chunk, reused across steps
   KvEventSink* kv_sink_ = nullptr;
   // KV tiers (null when off): the codec turns pages into verified blobs, the loader feeds the scheduler.
   std::unique_ptr<KvPageCodec> codec_;

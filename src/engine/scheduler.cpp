@@ -1,5 +1,6 @@
 // Continuous-batching scheduler (see scheduler.h).
 #include "engine/scheduler.h"
+#include "engine/hash64.h"
 
 #include <algorithm>
 #include <cmath>
@@ -52,6 +53,13 @@ void Scheduler::preempt(Sequence* s) {
   waiting_.push_front(s);
 }
 
+uint64_t Scheduler::page_hash(const Sequence& s, uint64_t parent, const int32_t* tokens, int64_t i) const {
+  const int B = cfg_.block_size;
+  const uint64_t h = hash_block(parent, tokens, B);
+  const uint64_t salt = s.mm.empty() ? 0 : s.mm_salt(i * B, B);
+  return salt ? mix64(h ^ salt) : h;
+}
+
 int64_t Scheduler::prefix_hit(Sequence* s) {
   if (!pool_.caching()) return 0;
   const int B = cfg_.block_size;
@@ -62,7 +70,7 @@ int64_t Scheduler::prefix_hit(Sequence* s) {
   uint64_t parent = 0;
   for (int64_t i = 0; i < max_blocks; ++i) {
     const int32_t* bt = &toks[size_t(i * B)];
-    const uint64_t h = hash_block(parent, bt, B);
+    const uint64_t h = page_hash(*s, parent, bt, i);
     int32_t b = pool_.acquire_cached(h, parent, bt);
     if (b < 0 && loader_) {
       // Not in the pool: a tier may hold it. The loaded page joins the prefix cache like a computed one.
@@ -143,7 +151,7 @@ bool Scheduler::start_fetch(Sequence* s) {
   std::vector<uint64_t> missing;
   uint64_t parent = 0;
   for (int64_t i = 0; i < max_blocks; ++i) {
-    const uint64_t h = hash_block(parent, &toks[size_t(i * B)], B);
+    const uint64_t h = page_hash(*s, parent, &toks[size_t(i * B)], i);
     if (!pool_.contains(h, parent, &toks[size_t(i * B)])) missing.push_back(h);
     parent = h;
   }
@@ -258,7 +266,7 @@ void Scheduler::commit(const std::vector<ScheduledChunk>& plan) {
       const uint64_t parent = i ? s->block_hashes[i - 1] : 0;
       page_tokens_.resize(size_t(B));
       for (int j = 0; j < B; ++j) page_tokens_[size_t(j)] = s->token(int64_t(i) * B + j);
-      const uint64_t h = hash_block(parent, page_tokens_.data(), B);
+      const uint64_t h = page_hash(*s, parent, page_tokens_.data(), int64_t(i));
       if (pool_.publish(s->blocks[i], h, parent, page_tokens_.data()) && on_computed_)
         on_computed_(s->blocks[i], h, parent, page_tokens_.data(), int64_t(i + 1) * B > int64_t(s->prompt.size()));
       s->block_hashes.push_back(h);

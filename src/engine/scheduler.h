@@ -111,6 +111,8 @@ class Scheduler {
   bool ensure_pages(Sequence* s, int64_t upto_tokens);
   void release_pages(Sequence* s);
   void preempt(Sequence* s);
+  // Page i's hash: the token chain, salted with the hashes of the images whose tokens it holds.
+  uint64_t page_hash(const Sequence& s, uint64_t parent, const int32_t* tokens, int64_t i) const;
   int64_t prefix_hit(Sequence* s);  // acquires cached pages; returns hit tokens, -1 for a failed load
   int64_t remote_hit(Sequence* s);  // the same from pulled pages (Sequence::remote)
   // First admission with an asynchronous tier: starts fetching the prefix pages the pool lacks; true

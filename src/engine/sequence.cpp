@@ -1,6 +1,8 @@
 // Sequence helpers (see sequence.h).
 #include "engine/sequence.h"
 
+#include "engine/hash64.h"
+
 namespace m3 {
 
 const char* finish_reason_name(FinishReason r) {
@@ -18,6 +20,19 @@ std::vector<int32_t> Sequence::all_tokens() const {
   std::vector<int32_t> t = prompt;
   t.insert(t.end(), output.begin(), output.end());
   return t;
+}
+
+uint64_t Sequence::mm_salt(int64_t first, int64_t n) const {
+  uint64_t salt = 0;
+  for (const auto& m : mm)
+    if (m.offset < first + n && first < m.offset + m.count) salt = mix64(salt ^ m.hash ^ uint64_t(m.offset));
+  return salt;
+}
+
+const float* Sequence::mm_embed(int64_t i, int64_t hidden) const {
+  for (const auto& m : mm)
+    if (i >= m.offset && i < m.offset + m.count) return m.embeds->data() + size_t(i - m.offset) * size_t(hidden);
+  return nullptr;
 }
 
 }  // namespace m3

@@ -13,6 +13,16 @@
 
 namespace m3 {
 
+// Embeddings that replace a run of prompt tokens (an image's placeholders): rows [offset, offset + count)
+// of the prompt take embeds[(i - offset) * hidden ...] instead of their token's embedding. `hash`
+// identifies the content (the image bytes): prefix-cache pages holding any of these tokens are keyed
+// by it too, so the same text with another image never shares KV (as vLLM's block hashes).
+struct MultimodalSpan {
+  int64_t offset = 0, count = 0;
+  uint64_t hash = 0;
+  std::shared_ptr<const std::vector<float>> embeds;  // [count, hidden]
+};
+
 enum class FinishReason { None, Stop, Length, Abort, Error };
 const char* finish_reason_name(FinishReason r);
 
@@ -21,6 +31,7 @@ struct Sequence {
   std::string request_id;   // caller's id
   std::vector<int32_t> prompt;
   std::vector<int32_t> output;
+  std::vector<MultimodalSpan> mm;  // sorted by offset, disjoint, inside the prompt
   SamplingParams params;
   Sampler sampler;
   // Structured output: this sequence's grammar state, advanced by every emitted token. Preemption
@@ -52,6 +63,10 @@ struct Sequence {
   }
   // All tokens in order (prompt then output), copied.
   std::vector<int32_t> all_tokens() const;
+  // The combined hash of the multimodal spans overlapping tokens [first, first + n); 0 when none.
+  uint64_t mm_salt(int64_t first, int64_t n) const;
+  // The input embedding of token i when a span replaces it, else null.
+  const float* mm_embed(int64_t i, int64_t hidden) const;
 };
 
 }  // namespace m3

@@ -96,6 +96,7 @@ void Model::forward_batch(const BatchItem* items, int nitems, float* logits, Att
   if (T == 0) return;
   ensure_workspace(T);
   seqs_.resize(nitems);
+  embed_of_.assign(size_t(T), nullptr);
   int64_t row = 0;
   for (int i = 0; i < nitems; ++i) {
     seqs_[i] = {items[i].kv, items[i].start, items[i].n, row};
@@ -103,6 +104,7 @@ void Model::forward_batch(const BatchItem* items, int nitems, float* logits, Att
       tok_[row] = items[i].tokens[t];
       pos_[row] = items[i].start + t;
       item_of_[row] = i;
+      if (items[i].embeds) embed_of_[size_t(row)] = items[i].embeds[t];
     }
   }
   float *x = x_.data(), *a = a_.data(), *q = q_.data(), *k = k_.data(), *v = v_.data();
@@ -110,7 +112,8 @@ void Model::forward_batch(const BatchItem* items, int nitems, float* logits, Att
   // Embedding rows (no scaling).
   const TensorView& emb = weights_->embed();
   for (int64_t t = 0; t < T; ++t) {
-    embedding_row(emb, tok_[t], H, x + t * H);
+    if (embed_of_[size_t(t)]) std::memcpy(x + t * H, embed_of_[size_t(t)], size_t(H) * sizeof(float));
+    else embedding_row(emb, tok_[t], H, x + t * H);
     rope_table(pos_[t], c.rotary_dim, c.rope_theta, &rope_cos_[t * half], &rope_sin_[t * half]);
   }
 

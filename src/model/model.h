@@ -27,6 +27,9 @@ struct BatchItem {
   int64_t n = 0;
   int64_t start = 0;
   int64_t logits_from = 0;
+  // Per row, an input embedding [hidden] that replaces the token's own (merged vision features at image
+  // placeholder tokens, model.md 9.9), or null; a null array: every row embeds its token.
+  const float* const* embeds = nullptr;
 };
 
 // Load-time choices that change how the weights are multiplied (not what they are).
@@ -94,6 +97,7 @@ class Model {
   AlignedVector<float> x_, a_, q_, k_, v_, iq_, ik_, att_, tmp_, rope_cos_, rope_sin_;
   std::vector<int32_t> tok_;
   std::vector<int64_t> pos_, item_of_;
+  std::vector<const float*> embed_of_;  // per row: BatchItem::embeds' row or null
   std::vector<AttnSeq> seqs_;
   std::vector<int> tap_layers_;
   int int8_matrices_ = 0;

@@ -56,11 +56,15 @@ MakeModelOptions make_model_preset(const std::string& preset, ModelLayout layout
     o.experts = 16; o.top_k = 2; o.moe_width = 256; o.shared_width = 256; o.dense_width = 1536;
     o.dense_layers = 1; o.index_heads = 2; o.index_dim = 64; o.topk_blocks = m31 ? 4 : 16;
     o.vocab = 4096; o.merges = 4096;
+    o.vision_hidden = 256; o.vision_layers = 2; o.vision_heads = 4; o.vision_width = 1024;
   } else if (preset == "mid") {
     o.hidden = 2048; o.layers = 8; o.heads = 16; o.kv_heads = 4; o.head_dim = 128; o.rotary_dim = 64;
     o.experts = 32; o.top_k = 4; o.moe_width = 512; o.shared_width = 512; o.dense_width = 6144;
     o.dense_layers = 1; o.index_heads = 4; o.index_dim = 128; o.topk_blocks = 16;
     o.vocab = 32768; o.merges = 32768;
+    // head_dim 80 as the real tower (78 RoPE dims + 2 passed through); the real dimensions are
+    // --vision-hidden 1280 --vision-heads 16 --vision-layers 32 --vision-width 5120.
+    o.vision_hidden = 640; o.vision_layers = 8; o.vision_heads = 8; o.vision_width = 2560;
   } else {
     throw Error("--preset: unknown preset \"" + preset + "\" (expected tiny, small or mid)");
   }
@@ -75,6 +79,11 @@ void validate_make_model_options(const MakeModelOptions& o) {
            o.top_k > 0 && o.moe_width > 0 && o.shared_width > 0 && o.dense_width > 0 && o.index_heads > 0 &&
            o.index_dim > 0 && o.block_size > 0 && o.topk_blocks > 0 && o.local_block >= 0 && o.init_block >= 0,
        "all sizes must be positive");
+  need(o.vision_layers >= 0 && (o.vision_layers == 0 || (o.vision_hidden > 0 && o.vision_heads > 0 && o.vision_width > 0)),
+       "--vision-hidden, --vision-heads and --vision-width must be positive (or --vision-layers 0 for no tower)");
+  need(o.vision_layers == 0 || (o.vision_hidden % o.vision_heads == 0 && o.vision_hidden / o.vision_heads >= 6 &&
+                                (o.vision_hidden / o.vision_heads) % 2 == 0),
+       "--vision-hidden must be --vision-heads times an even head size of at least 6 (3-D RoPE)");
   need(o.heads % o.kv_heads == 0, "--heads must be a multiple of --kv-heads");
   need(o.index_heads == o.kv_heads, "--index-heads must equal --kv-heads (one index head per GQA group)");
   need(o.rotary_dim > 0 && o.rotary_dim <= o.head_dim && o.rotary_dim % 2 == 0,
@@ -180,6 +189,14 @@ class Generator {
 
   const std::vector<TensorSpec>& specs() const { return specs_; }
 
+  // A plain tensor written with another shape of the same element count (the vision Conv3d weight).
+  void reshape(const std::string& name, std::vector<int64_t> shape) {
+    for (auto& s : specs_)
+      if (s.name == name) s.shape = std::move(shape);
+  }
+  // A plain tensor's values shifted by `offset` (LayerNorm weights around 1).
+  void set_offset(const std::string& name, float offset) { offset_[name] = offset; }
+
   void produce(const TensorSpec& spec, std::vector<uint8_t>& out) {
     const auto [idx, part] = where_.at(spec.name);
     const Item& it = items_[idx];
@@ -188,12 +205,16 @@ class Generator {
       const int64_t R = it.cols ? it.rows : 1, C = it.cols ? it.cols : it.rows;
       const uint64_t h = hash_name(it.base);
       const bool bf16 = it.fmt == Fmt::BF16;
+      const auto off_it = offset_.find(it.base);
+      const float offset = off_it == offset_.end() ? 0.0f : off_it->second;
 #pragma omp parallel if (R * C >= kParallelMin)
       {
         std::vector<float> row(static_cast<size_t>(C));
 #pragma omp for schedule(static)
         for (int64_t r = 0; r < R; ++r) {
           gaussian_row(seed_, h, r, it.stddev, row.data(), C);
+          if (offset != 0.0f)
+            for (float& x : row) x += offset;
           if (bf16) put_bf16(row.data(), C, out.data() + 2 * r * C);
           else std::memcpy(out.data() + 4 * r * C, row.data(), 4 * size_t(C));
         }
@@ -253,6 +274,7 @@ class Generator {
   std::vector<Item> items_;
   std::vector<TensorSpec> specs_;
   std::map<std::string, std::pair<size_t, int>> where_;
+  std::map<std::string, float> offset_;
   int64_t cached_ = -1;
   std::vector<std::vector<uint8_t>> parts_;
 };
@@ -382,7 +404,10 @@ ojson quark_mxfp4_config() {
   ojson q;
   q["global_quant_config"] = g;
   q["exclude"] = ojson::array({"language_model.lm_head", "re:.*block_sparse_moe\\.gate$",
-                               "re:.*self_attn\\.index_[qk]_proj$"});
+                               "re:.*self_attn\\.index_[qk]_proj$",
+                               // the vision tower and its projectors stay unquantised, as in the other layouts
+                               "re:^vision_tower\\..*", "re:^multi_modal_projector\\..*",
+                               "re:^patch_merge_mlp\\..*"});
   q["algo_config"] = nullptr;
   q["softmax_quant_spec"] = nullptr;
   q["quant_method"] = "quark";
@@ -465,12 +490,51 @@ MakeModelStats make_model(const MakeModelOptions& o, const std::string& out_dir)
   }
   norm(P + "norm.weight", H);
   items.push_back({"language_model.lm_head.weight", Fmt::BF16, V, H, 1.0f / std::sqrt(float(H))});
+  if (o.vision_layers > 0) {
+    const int64_t VH = o.vision_hidden, VI = o.vision_width;
+    const std::string VM = "vision_tower.vision_model.";
+    auto vlin = [&](const std::string& base, int64_t n, int64_t k) {
+      items.push_back({base + ".weight", Fmt::BF16, n, k, 1.0f / std::sqrt(float(k))});
+      items.push_back({base + ".bias", Fmt::BF16, n, 0, 0.02f});
+    };
+    auto ln = [&](const std::string& base, int64_t n) {
+      items.push_back({base + ".weight", Fmt::BF16, n, 0, 0.1f});  // 1 + N(0, 0.1^2): set_offset below
+      items.push_back({base + ".bias", Fmt::BF16, n, 0, 0.02f});
+    };
+    // The Conv3d weight [VH, 3, 2, 14, 14] is written as [VH, 1176] rows (same bytes), then reshaped.
+    items.push_back({VM + "embeddings.patch_embedding.weight", Fmt::F32, VH, 3 * 2 * 14 * 14,
+                     1.0f / std::sqrt(1176.0f)});
+    ln(VM + "pre_layrnorm", VH);
+    for (int64_t l = 0; l < o.vision_layers; ++l) {
+      const std::string L = VM + "encoder.layers." + std::to_string(l) + ".";
+      ln(L + "layer_norm1", VH);
+      ln(L + "layer_norm2", VH);
+      vlin(L + "self_attn.q_proj", VH, VH);
+      vlin(L + "self_attn.k_proj", VH, VH);
+      vlin(L + "self_attn.v_proj", VH, VH);
+      vlin(L + "self_attn.out_proj", VH, VH);
+      vlin(L + "mlp.fc1", VI, VH);
+      vlin(L + "mlp.fc2", VH, VI);
+    }
+    vlin("multi_modal_projector.linear_1", H, VH);
+    vlin("multi_modal_projector.linear_2", H, H);
+    vlin("patch_merge_mlp.linear_1", H, 4 * H);
+    vlin("patch_merge_mlp.linear_2", H, H);
+  }
 
   MakeModelStats st;
   st.vocab_size = V;
   for (const auto& it : items) st.num_params += it.rows * (it.cols ? it.cols : 1);
 
   Generator gen(o.seed, std::move(items));
+  if (o.vision_layers > 0) {
+    const std::string VM = "vision_tower.vision_model.";
+    gen.reshape(VM + "embeddings.patch_embedding.weight", {o.vision_hidden, 3, 2, 14, 14});
+    gen.set_offset(VM + "pre_layrnorm.weight", 1.0f);
+    for (int64_t l = 0; l < o.vision_layers; ++l)
+      for (const char* n : {"layer_norm1.weight", "layer_norm2.weight"})
+        gen.set_offset(VM + "encoder.layers." + std::to_string(l) + "." + n, 1.0f);
+  }
   for (const auto& s : gen.specs()) st.bytes += int64_t(s.nbytes());
   st.num_tensors = int64_t(gen.specs().size());
 
@@ -539,6 +603,37 @@ MakeModelStats make_model(const MakeModelOptions& o, const std::string& out_dir)
   cfg["model_type"] = "minimax_m3_vl";
   cfg["text_config"] = tc;
   cfg["torch_dtype"] = "bfloat16";
+  if (o.vision_layers > 0) {
+    const ojson comp = {{"image_token_compression_method", "patch_merge"}, {"spatial_merge_size", 2},
+                        {"temporal_patch_size", 2}};
+    cfg["image_token_index"] = 200025;
+    cfg["video_token_index"] = 200026;
+    cfg["projector_hidden_size"] = H;
+    cfg["projector_hidden_act"] = "gelu";
+    cfg["multimodal_projector_bias"] = true;
+    cfg["vision_feature_layer"] = -1;
+    cfg["vision_feature_select_strategy"] = "full";
+    cfg["img_token_compression_config"] = comp;
+    cfg["image_seq_length"] = 576;
+    ojson vc;
+    vc["model_type"] = "clip_vision_model";
+    vc["hidden_size"] = o.vision_hidden;
+    vc["num_attention_heads"] = o.vision_heads;
+    vc["num_hidden_layers"] = o.vision_layers;
+    vc["intermediate_size"] = o.vision_width;
+    vc["patch_size"] = 14;
+    vc["image_size"] = 2016;
+    vc["num_channels"] = 3;
+    vc["hidden_act"] = "gelu";
+    vc["layer_norm_eps"] = 1e-5;
+    vc["position_embedding_type"] = "rope";
+    vc["rope_mode"] = "3d";
+    vc["rope_theta"] = 10000.0;
+    vc["projection_dim"] = H;
+    vc["vision_segment_max_frames"] = 4;
+    vc["img_token_compression_config"] = comp;
+    cfg["vision_config"] = vc;
+  }
   if (quark) {
     cfg["quantization_config"] = quark_mxfp4_config();
   } else if (o.layout != ModelLayout::M3Bf16) {

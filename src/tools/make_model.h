@@ -47,6 +47,12 @@ struct MakeModelOptions {
   // real folder's layout: BF16 fc / norms / Markov head, MXFP8 layers; block of 7, taps spread
   // over the target's layers), for timing speculative decoding on a model of any size.
   int64_t dspark_layers = 0;
+  // The vision tower and projectors (model.md 3.6, the release's names and dtypes: FP32 patch embedding,
+  // BF16 elsewhere; projector_hidden_size = hidden). vision_layers 0: a text-only checkpoint.
+  int64_t vision_hidden = 64;
+  int64_t vision_layers = 2;
+  int64_t vision_heads = 4;
+  int64_t vision_width = 128;  // intermediate_size
 };
 
 // Preset sizes ("tiny" = the golden tiny shapes, "small", "mid" ~1B parameters) for a layout.

@@ -1,0 +1,97 @@
+// `m3serve bench vision` (see vision_bench.h).
+#include "bench/vision_bench.h"
+
+#include <omp.h>
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <iterator>
+#include <random>
+
+#include "base/error.h"
+#include "formats/safetensors.h"
+#include "model/config.h"
+#include "model/vision_tower.h"
+#include "vision/image_decode.h"
+#include "vision/preprocess.h"
+
+namespace m3::bench {
+namespace {
+
+double now_ms() {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+double peak_rss_mib() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return double(u.ru_maxrss) / 1024.0;  // KiB on Linux
+}
+
+void time_one(const std::string& label, const vision::RgbImage& im, const VisionTower& tower, int repeats) {
+  vision::ProcessorConfig pc;
+  std::vector<double> pre, enc;
+  vision::PatchTensor pt;
+  std::vector<float> out;
+  for (int r = 0; r < repeats; ++r) {
+    double t0 = now_ms();
+    pt = vision::preprocess_image(im, pc);
+    double t1 = now_ms();
+    out = tower.forward(pt.values.data(), {{pt.grid_t, pt.grid_h, pt.grid_w}});
+    double t2 = now_ms();
+    pre.push_back(t1 - t0);
+    enc.push_back(t2 - t1);
+  }
+  std::sort(pre.begin(), pre.end());
+  std::sort(enc.begin(), enc.end());
+  std::printf("%-22s -> %4dx%-4d %5lld patches %4lld tokens | preprocess ms median %.1f (%.1f-%.1f) | "
+              "encoder ms median %.1f (%.1f-%.1f)\n",
+              label.c_str(), pt.grid_w * 14, pt.grid_h * 14, (long long)pt.num_patches(), (long long)pt.num_merged(2),
+              pre[pre.size() / 2], pre.front(), pre.back(), enc[enc.size() / 2], enc.front(), enc.back());
+}
+
+}  // namespace
+
+void run_vision_bench(const VisionBenchOptions& o) {
+  if (o.images.empty() && o.sizes.empty()) throw Error("bench vision: give --image FILE or --size WxH (or both)");
+  if (o.repeats < 1) throw Error("bench vision: --repeats must be at least 1");
+  if (o.threads > 0) omp_set_num_threads(o.threads);
+  const ModelConfig mc = ModelConfig::from_dir(o.model_dir);
+  std::ifstream cf(o.model_dir + "/config.json");
+  const std::string text((std::istreambuf_iterator<char>(cf)), {});
+  const VisionConfig vc = VisionConfig::from_json_text(text, o.model_dir + "/config.json", mc.hidden);
+  TensorStore store(o.model_dir);
+  VisionTower tower(vc, store);
+  std::printf("vision tower: hidden %d, heads %d x %d, layers %d, intermediate %d; threads %d\n", vc.hidden, vc.heads,
+              vc.head_dim, vc.layers, vc.intermediate, omp_get_max_threads());
+  for (const auto& f : o.images) {
+    std::ifstream in(f, std::ios::binary);
+    if (!in) throw Error("bench vision: cannot read " + f);
+    const std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), {});
+    const double rss0 = peak_rss_mib(), t0 = now_ms();
+    vision::DecodeLimits lim;
+    lim.max_bytes = std::max(lim.max_bytes, bytes.size());
+    const vision::RgbImage im = vision::decode_image(bytes.data(), bytes.size(), lim);
+    const double t1 = now_ms(), rss1 = peak_rss_mib();
+    std::printf("%s: %dx%d, decoded in %.1f ms; peak RSS %.1f MiB before, %.1f MiB after the decode (+%.1f)\n",
+                f.c_str(), im.width, im.height, t1 - t0, rss0, rss1, rss1 - rss0);
+    time_one(f.substr(f.rfind('/') + 1), im, tower, o.repeats);
+  }
+  for (const auto& s : o.sizes) {
+    int w = 0, h = 0;
+    if (std::sscanf(s.c_str(), "%dx%d", &w, &h) != 2 || w <= 0 || h <= 0)
+      throw Error("bench vision: --size " + s + " (expected WxH, e.g. 448x448)");
+    vision::RgbImage im;
+    im.width = w;
+    im.height = h;
+    im.rgb.resize(size_t(w) * size_t(h) * 3);
+    std::mt19937 rng(1);
+    for (auto& b : im.rgb) b = uint8_t(rng());
+    time_one(s, im, tower, o.repeats);
+  }
+}
+
+}  // namespace m3::bench
