@@ -127,18 +127,23 @@ uint8_t mxfp4_scale_byte(float amax, Mxfp4ScaleMode mode) {
 
 namespace {
 uint8_t pack2(uint8_t lo, uint8_t hi) { return uint8_t((lo & 0xf) | ((hi & 0xf) << 4)); }
+
+// The E8M0 scale byte of one block of 32: 0xFF (NaN) when the block holds a NaN, else the mode's rule on amax.
+uint8_t mxfp4_block_scale(const float* xb, Mxfp4ScaleMode mode) {
+  float amax = 0.0f;
+  bool nan = false;
+  for (int i = 0; i < 32; ++i) {
+    nan |= std::isnan(xb[i]);
+    amax = std::max(amax, std::fabs(xb[i]));
+  }
+  return nan ? uint8_t(0xff) : mxfp4_scale_byte(amax, mode);
+}
 }  // namespace
 
 void mxfp4_quantize_row(const float* x, int64_t K, Mxfp4ScaleMode mode, uint8_t* packed, uint8_t* scales) {
   for (int64_t b = 0; b < K / 32; ++b) {
     const float* xb = x + b * 32;
-    float amax = 0.0f;
-    bool nan = false;
-    for (int i = 0; i < 32; ++i) {
-      nan |= std::isnan(xb[i]);
-      amax = std::max(amax, std::fabs(xb[i]));
-    }
-    const uint8_t s = nan ? uint8_t(0xff) : mxfp4_scale_byte(amax, mode);
+    const uint8_t s = mxfp4_block_scale(xb, mode);
     scales[b] = s;
     const int shift = 127 - int(s);  // x / 2^(s - 127), exact up to results far below E2M1's 0.25
     for (int i = 0; i < 16; ++i)
@@ -149,17 +154,11 @@ void mxfp4_quantize_row(const float* x, int64_t K, Mxfp4ScaleMode mode, uint8_t*
 void mxfp4_qdq_row(const float* x, int64_t K, Mxfp4ScaleMode mode, float* out) {
   for (int64_t b = 0; b < K / 32; ++b) {
     const float* xb = x + b * 32;
-    float amax = 0.0f;
-    bool nan = false;
-    for (int i = 0; i < 32; ++i) {
-      nan |= std::isnan(xb[i]);
-      amax = std::max(amax, std::fabs(xb[i]));
-    }
-    const uint8_t s = nan ? uint8_t(0xff) : mxfp4_scale_byte(amax, mode);
+    const uint8_t s = mxfp4_block_scale(xb, mode);
     const float scale = e8m0_to_float(s);  // NaN for 0xFF
     const int shift = 127 - int(s);
     for (int i = 0; i < 32; ++i)
-      out[b * 32 + i] = nan ? NAN : e2m1_to_float(float_to_e2m1(std::ldexp(xb[i], shift))) * scale;
+      out[b * 32 + i] = s == 0xff ? NAN : e2m1_to_float(float_to_e2m1(std::ldexp(xb[i], shift))) * scale;
   }
 }
 

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "test_tmp.h"
+#include "tiny_model_options.h"
 
 #include <filesystem>
 #include <map>
@@ -21,19 +22,10 @@ inline const std::string& small_engine_model() {
   static const std::string dir = [] {
     const std::string d = m3test::test_tmp_dir() + "/engine_small_model";
     std::filesystem::remove_all(d);
-    m3::MakeModelOptions o = m3::make_model_preset("tiny", m3::ModelLayout::M31);
-    o.hidden = 64;
-    o.heads = 4;
-    o.kv_heads = 2;
-    o.index_heads = 2;
+    m3::MakeModelOptions o = tiny_model_options(m3::ModelLayout::M31, 9);
     o.layers = 2;
-    o.dense_width = 64;
-    o.moe_width = 32;
-    o.shared_width = 32;
-    o.experts = 4;
     o.block_size = 16;
     o.topk_blocks = 3;
-    o.seed = 9;
     m3::make_model(o, d);
     return d;
   }();

@@ -12,6 +12,7 @@
 #include "base/error.h"
 #include "formats/safetensors.h"
 #include "formats/safetensors_writer.h"
+#include "tiny_model_options.h"
 #include "tools/make_model.h"
 #include "model/model.h"
 
@@ -25,17 +26,8 @@ const std::string& base_model() {
   static const std::string dir = [] {
     const std::string d = m3test::test_tmp_dir() + "/loader_model_base";
     fs::remove_all(d);
-    m3::MakeModelOptions o = m3::make_model_preset("tiny", m3::ModelLayout::M31);
-    o.hidden = 64;
-    o.heads = 4;
-    o.kv_heads = 2;
-    o.index_heads = 2;
-    o.dense_width = 64;
-    o.moe_width = 32;
-    o.shared_width = 32;
-    o.experts = 4;
+    m3::MakeModelOptions o = m3test::tiny_model_options(m3::ModelLayout::M31, 5);
     o.shards = 2;
-    o.seed = 5;
     m3::make_model(o, d);
     return d;
   }();

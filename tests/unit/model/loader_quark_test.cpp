@@ -13,6 +13,7 @@
 #include "model/model.h"
 #include "model/quark_config.h"
 #include "test_tmp.h"
+#include "tiny_model_options.h"
 #include "tools/make_model.h"
 
 namespace {
@@ -24,16 +25,7 @@ const std::string& base_model() {
   static const std::string dir = [] {
     const std::string d = m3test::test_tmp_dir() + "/loader_quark_base";
     fs::remove_all(d);
-    m3::MakeModelOptions o = m3::make_model_preset("tiny", m3::ModelLayout::M31Mxfp4);
-    o.hidden = 64;
-    o.heads = 4;
-    o.kv_heads = 2;
-    o.index_heads = 2;
-    o.dense_width = 64;
-    o.moe_width = 32;
-    o.shared_width = 32;
-    o.experts = 4;
-    o.seed = 3;
+    m3::MakeModelOptions o = m3test::tiny_model_options(m3::ModelLayout::M31Mxfp4, 3);
     m3::make_model(o, d);
     return d;
   }();
