@@ -96,7 +96,16 @@ Engine::Engine(Model& model, const Tokenizer* tok, const EngineConfig& cfg) : mo
   if (cfg_.kv_load_failure_policy != "recompute" && cfg_.kv_load_failure_policy != "fail")
     throw Error("kv_load_failure_policy must be \"recompute\" or \"fail\", got \"" + cfg_.kv_load_failure_policy + "\"");
   sc.fail_on_load_error = cfg_.kv_load_failure_policy == "fail";
+  if (!(cfg.step_latency_factor == 0 || cfg.step_latency_factor >= 1))
+    throw Error("--step-latency-factor must be 0 (off) or at least 1 (a step carrying decode rows may take that many "
+                "times a decode-only step), got " + std::to_string(cfg.step_latency_factor));
+  if (!(cfg.max_step_latency_ms >= 0)) throw Error("--max-step-latency-ms must be >= 0 (0 = no cap)");
+  sc.step_latency_factor = cfg.step_latency_factor;
+  sc.max_step_latency_ms = cfg.max_step_latency_ms;
+  if (cfg.min_prefill_chunk < 1) throw Error("min_prefill_chunk must be at least 1 (long prompts must progress)");
+  sc.min_prefill_chunk = cfg.min_prefill_chunk;
   sched_ = std::make_unique<Scheduler>(sc, *blocks_);
+  sched_->set_cost_model(&step_cost_);
   setup_tiers();
 }
 
@@ -393,6 +402,7 @@ bool Engine::emit(Sequence* s, int32_t t, const float* logits, RequestOutput& ou
 }
 
 std::vector<RequestOutput> Engine::step() {
+  const auto t0 = std::chrono::steady_clock::now();
   std::vector<RequestOutput> outs;
   std::vector<ScheduledChunk> plan = sched_->schedule();
   // Requests whose prefix failed to load under kv_load_failure_policy "fail" end here, with the reason.
@@ -501,6 +511,12 @@ std::vector<RequestOutput> Engine::step() {
     outs.push_back(std::move(out));
   }
   for (const auto& id : done) seqs_.erase(id);
+  // The step's measured cost (scheduling, drafts, forward, verification, sampling) feeds the latency
+  // budget of the next steps. A chunk of one token that ends a sequence's tokens is a decode row.
+  int64_t prefill_tokens = 0, decode_rows = 0;
+  for (const ScheduledChunk& c : plan) (c.n == 1 && c.sample ? decode_rows : prefill_tokens) += c.n + c.spec;
+  step_cost_.observe(prefill_tokens, decode_rows,
+                     std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
   flush_kv_events();
   return outs;
 }

@@ -22,6 +22,7 @@
 #include "engine/sequence.h"
 #include "engine/spec_config.h"
 #include "engine/speculator.h"
+#include "engine/step_cost.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
 
@@ -42,6 +43,12 @@ struct EngineConfig {
   int max_num_seqs = 256;
   int64_t max_num_batched_tokens = 2048;
   int64_t long_prefill_token_threshold = 0;
+  // Time-budgeted steps (--step-latency-factor, --max-step-latency-ms; SchedulerConfig has the
+  // rule): a step that carries decoding requests takes a prefill chunk only as large as keeps it within
+  // this factor of a decode-only step's measured time, and within the ms cap. 0 turns a bound off.
+  double step_latency_factor = 4;
+  double max_step_latency_ms = 0;
+  int64_t min_prefill_chunk = 32;  // prefill tokens a budgeted step still takes (tests set it lower)
   double watermark = 0.01;
   int64_t max_model_len = 0;  // 0 = the model's max_position_embeddings
   SpeculativeConfig spec;     // --speculative-config (DSpark)
@@ -143,6 +150,8 @@ class Engine {
   bool speculative() const { return spec_ != nullptr; }
   // "drafts N, draft tokens N, accepted N, acceptance length X, per position [..]".
   std::string spec_summary() const;
+  // The fitted step time (for logs and benchmarks): "a ms + b ms/decode row + c ms/prefill token".
+  std::string step_cost_summary() const { return step_cost_.describe(); }
 
  private:
   void finish(Sequence* s, FinishReason r, RequestOutput& out);
@@ -187,6 +196,7 @@ class Engine {
   std::string blob_, shared_blob_;  // scratch for one page
   std::vector<KvCacheEvent> kv_events_;  // this step's, recorded by the block pool while a sink is set
 
+  FittedStepCost step_cost_;  // measured here, read by the scheduler's latency budget
   std::unique_ptr<Speculator> spec_;  // null when speculative decoding is off
   std::vector<ScheduledChunk> accepted_chunks_;
 };
