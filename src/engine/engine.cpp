@@ -437,7 +437,16 @@ std::vector<RequestOutput> Engine::step() {
     return outs;
   }
   const int64_t V = model_.config().vocab;
-  if (spec_) spec_->propose(plan);
+  double draft_ms = 0;
+  if (spec_) {
+    spec_->choose(plan, cost_model());
+    int drafting = 0;
+    for (const ScheduledChunk& c : plan) drafting += c.spec > 0;
+    const auto d0 = std::chrono::steady_clock::now();
+    spec_->propose(plan);
+    draft_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - d0).count();
+    spec_->observe_draft(draft_ms, drafting);
+  }
   items_.resize(plan.size());
   views_.resize(plan.size());
   if (step_tokens_.size() < plan.size()) step_tokens_.resize(plan.size());
@@ -511,14 +520,21 @@ std::vector<RequestOutput> Engine::step() {
     outs.push_back(std::move(out));
   }
   for (const auto& id : done) seqs_.erase(id);
-  // The step's measured cost (scheduling, drafts, forward, verification, sampling) feeds the latency
-  // budget of the next steps. A chunk of one token that ends a sequence's tokens is a decode row.
+  // The step's measured cost (scheduling, forward, verification, sampling; the draft pass is measured
+  // on its own) feeds the latency budget of the next steps and adaptive speculation. A chunk of one
+  // token that ends a sequence's tokens is a decode row, each draft verified one more.
   int64_t prefill_tokens = 0, decode_rows = 0;
   for (const ScheduledChunk& c : plan) (c.n == 1 && c.sample ? decode_rows : prefill_tokens) += c.n + c.spec;
   step_cost_.observe(prefill_tokens, decode_rows,
-                     std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+                     std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() -
+                         draft_ms);
   flush_kv_events();
   return outs;
+}
+
+void Engine::set_step_cost_model(const StepCostModel* m) {
+  cost_override_ = m;
+  sched_->set_cost_model(&cost_model());
 }
 
 std::string Engine::spec_summary() const { return m3::spec_summary(stats()); }

@@ -152,6 +152,9 @@ class Engine {
   std::string spec_summary() const;
   // The fitted step time (for logs and benchmarks): "a ms + b ms/decode row + c ms/prefill token".
   std::string step_cost_summary() const { return step_cost_.describe(); }
+  // Tests: the latency budget and adaptive speculation read `m` instead of the measured step costs
+  // (null: back to the measured ones). Not owned.
+  void set_step_cost_model(const StepCostModel* m);
 
  private:
   void finish(Sequence* s, FinishReason r, RequestOutput& out);
@@ -197,6 +200,8 @@ class Engine {
   std::vector<KvCacheEvent> kv_events_;  // this step's, recorded by the block pool while a sink is set
 
   FittedStepCost step_cost_;  // measured here, read by the scheduler's latency budget
+  const StepCostModel* cost_override_ = nullptr;
+  const StepCostModel& cost_model() const { return cost_override_ ? *cost_override_ : step_cost_; }
   std::unique_ptr<Speculator> spec_;  // null when speculative decoding is off
   std::vector<ScheduledChunk> accepted_chunks_;
 };

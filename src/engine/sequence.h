@@ -8,6 +8,7 @@
 
 #include "engine/sampler.h"
 #include "engine/output_processor.h"
+#include "engine/spec_adaptive.h"
 #include "structured/matcher.h"
 
 namespace m3 {
@@ -33,6 +34,7 @@ struct Sequence {
   bool admitted_once = false;
   bool fetch_started = false;  // its prefix pages were asked of an asynchronous tier
   int num_preemptions = 0;
+  SpecAcceptance spec_acc;  // its measured draft acceptance (adaptive speculation)
 
   enum class Status { Waiting, Running, Finished } status = Status::Waiting;
   FinishReason finish = FinishReason::None;

@@ -36,6 +36,50 @@ Speculator::Speculator(const SpeculativeConfig& cfg, Model& target, KVDtype targ
                            : synthetic_rates_min_variance(cfg.synthetic_acceptance_length, cfg.num_speculative_tokens);
   target.set_tap_layers(dc.target_layers);
   accepted_per_pos_.assign(size_t(cfg.num_speculative_tokens), 0);
+  // Optimistic start: new requests verify their drafts until their own acceptance is measured.
+  global_acc_.rate.assign(size_t(cfg.num_speculative_tokens), 0.8);
+}
+
+namespace {
+constexpr double kRequestAlpha = 0.3;   // a request's estimate follows its last few verifications
+constexpr double kGlobalAlpha = 0.05;
+constexpr double kDraftAlpha = 0.2;
+// Every probe_every-th decision of a request verifies every draft it may, so that positions its
+// estimate has stopped reaching are measured again.
+constexpr int64_t kProbeEvery = 32;
+}  // namespace
+
+void Speculator::observe_draft(double ms, int requests) {
+  if (requests <= 0 || !(ms >= 0)) return;
+  const double per = ms / requests;
+  draft_ms_ = draft_ms_ < 0 ? per : draft_ms_ + kDraftAlpha * (per - draft_ms_);
+}
+
+void Speculator::choose(std::vector<ScheduledChunk>& plan, const StepCostModel& cost) {
+  if (!cfg_.adaptive || draft_ms_ < 0) return;
+  int64_t prefill = 0, rows = 0;
+  double plain = 0;
+  for (const ScheduledChunk& c : plan) {
+    (c.n == 1 && c.sample ? rows : prefill) += c.n;
+    if (c.sample) plain += 1;
+  }
+  const double base = cost.predict_ms(prefill, rows);
+  if (!(base > 0)) return;
+  const SpecCosts sc{base, std::max(0.0, cost.predict_ms(prefill, rows + 1) - base), draft_ms_};
+  cands_.clear();
+  cand_chunk_.clear();
+  for (size_t i = 0; i < plan.size(); ++i) {
+    if (!plan[i].spec) continue;
+    SpecAcceptance& a = plan[i].seq->spec_acc;
+    if (a.rate.empty()) a.rate = global_acc_.rate;
+    cands_.push_back({&a, int(plan[i].spec)});
+    cand_chunk_.push_back(i);
+  }
+  const std::vector<int> k = choose_drafts(cands_, plain, sc);
+  for (size_t j = 0; j < k.size(); ++j) {
+    ScheduledChunk& c = plan[cand_chunk_[j]];
+    if (++c.seq->spec_acc.decisions % kProbeEvery != 0) c.spec = k[j];
+  }
 }
 
 Speculator::~Speculator() = default;
@@ -161,6 +205,10 @@ void Speculator::keep_accepted(const std::vector<ScheduledChunk>& plan) {
 }
 
 void Speculator::count(const ScheduledChunk& c, const VerifyOutcome& v) {
+  SpecAcceptance& a = c.seq->spec_acc;
+  if (a.rate.empty()) a.rate = global_acc_.rate;
+  a.update(int(c.spec), v.accepted, kRequestAlpha);
+  global_acc_.update(int(c.spec), v.accepted, kGlobalAlpha);
   ++steps_;
   drafted_ += c.spec;
   accepted_ += v.accepted;
