@@ -14,8 +14,7 @@ void FittedStepCost::observe(int64_t prefill_tokens, int64_t decode_rows, double
     xty_[i] = decay_ * xty_[i] + x[i] * ms;
     for (int j = 0; j < 3; ++j) xtx_[i][j] = decay_ * xtx_[i][j] + x[i] * x[j];
   }
-  if (prefill_tokens > 0) ++steps_with_prefill_;
-  if (decode_rows > 0) ++steps_with_decode_;
+  ++steps_;
   refit();
 }
 
@@ -25,7 +24,10 @@ void FittedStepCost::observe(int64_t prefill_tokens, int64_t decode_rows, double
 // prediction at the values seen is then still right.
 void FittedStepCost::refit() {
   ready_ = false;
-  if (steps_with_prefill_ < 2 || steps_with_decode_ < 2) return;
+  // Three steps suffice to start: a feature not seen yet keeps a zero coefficient (the ridge), so
+  // e.g. the prefill cost reads as free until a prefill was measured, which leaves the latency budget
+  // unbounded, as without a model.
+  if (steps_ < 3) return;
   bool use[3] = {true, true, true};
   for (int attempt = 0; attempt < 3; ++attempt) {
     int idx[3], n = 0;

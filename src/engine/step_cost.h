@@ -13,7 +13,7 @@ class StepCostModel {
  public:
   virtual ~StepCostModel() = default;
   // Predicted wall time of a step in milliseconds; negative while the model cannot tell yet (too few
-  // measurements of steps of both kinds). Non-decreasing in both arguments.
+  // steps measured). Non-decreasing in both arguments.
   virtual double predict_ms(int64_t prefill_tokens, int64_t decode_rows) const = 0;
   // One measured step.
   virtual void observe(int64_t prefill_tokens, int64_t decode_rows, double ms) { (void)prefill_tokens, (void)decode_rows, (void)ms; }
@@ -35,7 +35,7 @@ class FittedStepCost final : public StepCostModel {
   double decay_;
   double xtx_[3][3] = {};  // decayed sums of x x^T, x = (1, decode_rows, prefill_tokens)
   double xty_[3] = {};
-  int64_t steps_with_prefill_ = 0, steps_with_decode_ = 0;
+  int64_t steps_ = 0;
   bool ready_ = false;
   double coef_[3] = {};  // a, b, c (each >= 0)
 };

@@ -354,7 +354,10 @@ TEST(SpecEngine, AdaptiveDraftCountNeverChangesGreedyOutput) {
 }
 
 TEST(SpecEngine, CountersAddUp) {
-  Engine e(demo(), &demo_tok(), spec_config(7, "standard"));
+  // Every step verifies its drafts (adaptive speculation off), so that the tokens add up as below.
+  EngineConfig c = spec_config(7, "standard");
+  c.spec.adaptive = false;
+  Engine e(demo(), &demo_tok(), c);
   const auto prompts = demo_prompts();
   int64_t emitted = 0;
   for (int i = 0; i < 4; ++i) {
