@@ -115,7 +115,7 @@ int64_t Scheduler::prefill_allowance() const {
   for (const Sequence* s : running_) {
     if (s->num_tokens() - s->num_computed != 1) continue;
     int64_t spec = 0;
-    if (cfg_.num_speculative_tokens > 0 && !s->constraint)
+    if (cfg_.num_speculative_tokens > 0 && !s->constraint && !s->spec_acc.off)
       spec = std::clamp<int64_t>(int64_t(s->params.max_tokens) - int64_t(s->output.size()) - 1, 0,
                                  cfg_.num_speculative_tokens);
     rows += 1 + spec;
@@ -164,7 +164,7 @@ std::vector<ScheduledChunk> Scheduler::schedule() {
     int64_t spec = 0;
     // Constrained sequences are not speculated yet: drafts would have to follow the matcher (see
     // src/structured/README.md for where fork()/accepts() plug into draft_step and verify).
-    if (cfg_.num_speculative_tokens > 0 && need == 1 && n == 1 && !s->constraint) {
+    if (cfg_.num_speculative_tokens > 0 && need == 1 && n == 1 && !s->constraint && !s->spec_acc.off) {
       // Drafts to verify after the anchor: never more than the request may still emit.
       spec = std::min<int64_t>(cfg_.num_speculative_tokens, budget - 1);
       spec = std::min<int64_t>(spec, int64_t(s->params.max_tokens) - int64_t(s->output.size()) - 1);

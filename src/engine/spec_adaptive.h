@@ -14,6 +14,12 @@ namespace m3 {
 struct SpecAcceptance {
   std::vector<double> rate;
   int64_t decisions = 0;  // steps decided for it (every probe_every-th verifies every draft it may)
+  // Consecutive decisions in which speculating (its best draft count, plus writing the draft's context
+  // for every kept token) was worth less than plain decoding without the draft context; after enough
+  // of them speculation ends for the request (`off`): its draft context is no longer written, so it
+  // cannot resume, and it decodes as without speculation.
+  int idle = 0;
+  bool off = false;
   // After a verification of `verified` drafts of which the first `accepted` were kept: each position
   // the verification reached moves toward 1 (kept) or 0 (rejected) by `alpha`.
   void update(int verified, int accepted, double alpha);

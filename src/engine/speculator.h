@@ -9,6 +9,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <chrono>
 #include <string>
 #include <vector>
 
@@ -82,6 +83,7 @@ class Speculator {
   std::vector<int64_t> accepted_per_pos_;
   SpecAcceptance global_acc_;    // all requests' acceptance: a new request's starting estimate
   double draft_ms_ = -1;         // EWMA of the draft pass's cost per request (-1: not measured)
+  double ctx_ms_ = -1;           // EWMA of writing the draft's context K/V, per token
   std::vector<SpecCandidate> cands_;
   std::vector<size_t> cand_chunk_;
 };
