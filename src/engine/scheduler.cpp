@@ -120,7 +120,7 @@ int64_t Scheduler::prefill_allowance() const {
                                  cfg_.num_speculative_tokens);
     rows += 1 + spec;
   }
-  if (rows == 0) return unbounded;  // nobody waits for a token: prefill at full speed
+  if (rows == 0 || !cost_->prefill_measured()) return unbounded;  // nobody waits, or nothing to size by
   const double base = cost_->predict_ms(0, rows);
   if (base < 0) return unbounded;
   double budget = std::numeric_limits<double>::infinity();

@@ -15,6 +15,8 @@ void FittedStepCost::observe(int64_t prefill_tokens, int64_t decode_rows, double
     for (int j = 0; j < 3; ++j) xtx_[i][j] = decay_ * xtx_[i][j] + x[i] * x[j];
   }
   ++steps_;
+  if (prefill_tokens > 0) ++steps_with_prefill_;
+  if (decode_rows > 0) ++steps_with_decode_;
   refit();
 }
 

@@ -17,6 +17,8 @@ class StepCostModel {
   virtual double predict_ms(int64_t prefill_tokens, int64_t decode_rows) const = 0;
   // One measured step.
   virtual void observe(int64_t prefill_tokens, int64_t decode_rows, double ms) { (void)prefill_tokens, (void)decode_rows, (void)ms; }
+  // Whether the prefill cost is measured well enough to size chunks by (the latency budget waits for it).
+  virtual bool prefill_measured() const { return true; }
 };
 
 // Online least-squares fit of t = a + b * decode_rows + c * prefill_tokens over the recent steps, each
@@ -28,6 +30,9 @@ class FittedStepCost final : public StepCostModel {
   double predict_ms(int64_t prefill_tokens, int64_t decode_rows) const override;
   void observe(int64_t prefill_tokens, int64_t decode_rows, double ms) override;
   // "a + b/row + c/token" in ms, for logs; "not measured yet" until it predicts.
+  bool prefill_measured() const override {
+    return predict_ms(0, 0) >= 0 && steps_with_prefill_ >= 2 && steps_with_decode_ >= 2;
+  }
   std::string describe() const;
 
  private:
@@ -35,7 +40,7 @@ class FittedStepCost final : public StepCostModel {
   double decay_;
   double xtx_[3][3] = {};  // decayed sums of x x^T, x = (1, decode_rows, prefill_tokens)
   double xty_[3] = {};
-  int64_t steps_ = 0;
+  int64_t steps_ = 0, steps_with_prefill_ = 0, steps_with_decode_ = 0;
   bool ready_ = false;
   double coef_[3] = {};  // a, b, c (each >= 0)
 };
