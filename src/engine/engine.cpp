@@ -96,7 +96,16 @@ Engine::Engine(Model& model, const Tokenizer* tok, const EngineConfig& cfg) : mo
   if (cfg_.kv_load_failure_policy != "recompute" && cfg_.kv_load_failure_policy != "fail")
     throw Error("kv_load_failure_policy must be \"recompute\" or \"fail\", got \"" + cfg_.kv_load_failure_policy + "\"");
   sc.fail_on_load_error = cfg_.kv_load_failure_policy == "fail";
+  if (!(cfg.step_latency_factor == 0 || cfg.step_latency_factor >= 1))
+    throw Error("--step-latency-factor must be 0 (off) or at least 1 (a step carrying decode rows may take that many "
+                "times a decode-only step), got " + std::to_string(cfg.step_latency_factor));
+  if (!(cfg.max_step_latency_ms >= 0)) throw Error("--max-step-latency-ms must be >= 0 (0 = no cap)");
+  sc.step_latency_factor = cfg.step_latency_factor;
+  sc.max_step_latency_ms = cfg.max_step_latency_ms;
+  if (cfg.min_prefill_chunk < 1) throw Error("min_prefill_chunk must be at least 1 (long prompts must progress)");
+  sc.min_prefill_chunk = cfg.min_prefill_chunk;
   sched_ = std::make_unique<Scheduler>(sc, *blocks_);
+  sched_->set_cost_model(&step_cost_);
   setup_tiers();
 }
 
@@ -517,6 +526,7 @@ bool Engine::emit(Sequence* s, int32_t t, const float* logits, RequestOutput& ou
 }
 
 std::vector<RequestOutput> Engine::step() {
+  const auto t0 = std::chrono::steady_clock::now();
   std::vector<RequestOutput> outs;
   housekeeping();
   std::vector<ScheduledChunk> plan = sched_->schedule();
@@ -552,7 +562,16 @@ std::vector<RequestOutput> Engine::step() {
     return outs;
   }
   const int64_t V = model_.config().vocab;
-  if (spec_) spec_->propose(plan);
+  double draft_ms = 0;
+  if (spec_) {
+    spec_->choose(plan, cost_model());
+    int drafting = 0;
+    for (const ScheduledChunk& c : plan) drafting += c.spec > 0;
+    const auto d0 = std::chrono::steady_clock::now();
+    spec_->propose(plan);
+    draft_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - d0).count();
+    spec_->observe_draft(draft_ms, drafting);
+  }
   items_.resize(plan.size());
   views_.resize(plan.size());
   if (step_tokens_.size() < plan.size()) step_tokens_.resize(plan.size());
@@ -635,8 +654,21 @@ std::vector<RequestOutput> Engine::step() {
     outs.push_back(std::move(out));
   }
   for (const auto& id : done) seqs_.erase(id);
+  // The step's measured cost (scheduling, forward, verification, sampling; the draft pass is measured
+  // on its own) feeds the latency budget of the next steps and adaptive speculation. A chunk of one
+  // token that ends a sequence's tokens is a decode row, each draft verified one more.
+  int64_t prefill_tokens = 0, decode_rows = 0;
+  for (const ScheduledChunk& c : plan) (c.n == 1 && c.sample ? decode_rows : prefill_tokens) += c.n + c.spec;
+  step_cost_.observe(prefill_tokens, decode_rows,
+                     std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() -
+                         draft_ms);
   flush_kv_events();
   return outs;
+}
+
+void Engine::set_step_cost_model(const StepCostModel* m) {
+  cost_override_ = m;
+  sched_->set_cost_model(&cost_model());
 }
 
 std::string Engine::spec_summary() const { return m3::spec_summary(stats()); }

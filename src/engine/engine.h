@@ -24,6 +24,7 @@
 #include "engine/sequence.h"
 #include "engine/spec_config.h"
 #include "engine/speculator.h"
+#include "engine/step_cost.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
 
@@ -44,6 +45,12 @@ struct EngineConfig {
   int max_num_seqs = 256;
   int64_t max_num_batched_tokens = 2048;
   int64_t long_prefill_token_threshold = 0;
+  // Time-budgeted steps (--step-latency-factor, --max-step-latency-ms; SchedulerConfig has the
+  // rule): a step that carries decoding requests takes a prefill chunk only as large as keeps it within
+  // this factor of a decode-only step's measured time, and within the ms cap. 0 turns a bound off.
+  double step_latency_factor = 4;
+  double max_step_latency_ms = 0;
+  int64_t min_prefill_chunk = 32;  // prefill tokens a budgeted step still takes (tests set it lower)
   double watermark = 0.01;
   int64_t max_model_len = 0;  // 0 = the model's max_position_embeddings
   SpeculativeConfig spec;     // --speculative-config (DSpark)
@@ -187,6 +194,11 @@ class Engine {
   bool speculative() const { return spec_ != nullptr; }
   // "drafts N, draft tokens N, accepted N, acceptance length X, per position [..]".
   std::string spec_summary() const;
+  // The fitted step time (for logs and benchmarks): "a ms + b ms/decode row + c ms/prefill token".
+  std::string step_cost_summary() const { return step_cost_.describe(); }
+  // Tests: the latency budget and adaptive speculation read `m` instead of the measured step costs
+  // (null: back to the measured ones). Not owned.
+  void set_step_cost_model(const StepCostModel* m);
 
  private:
   void finish(Sequence* s, FinishReason r, RequestOutput& out);
@@ -236,6 +248,9 @@ class Engine {
   std::unique_ptr<RemoteImporter> importer_;   // imports pulled pages for the scheduler
   void lease_pages(Sequence* s, RequestOutput& out);
 
+  FittedStepCost step_cost_;  // measured here, read by the scheduler's latency budget
+  const StepCostModel* cost_override_ = nullptr;
+  const StepCostModel& cost_model() const { return cost_override_ ? *cost_override_ : step_cost_; }
   std::unique_ptr<Speculator> spec_;  // null when speculative decoding is off
   std::vector<ScheduledChunk> accepted_chunks_;
 };

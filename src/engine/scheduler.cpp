@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 namespace m3 {
 
@@ -158,6 +159,36 @@ bool Scheduler::start_fetch(Sequence* s) {
   return !missing.empty() && loader_->prefetch(s->id, missing);
 }
 
+int64_t Scheduler::prefill_allowance() const {
+  constexpr int64_t unbounded = std::numeric_limits<int64_t>::max();
+  if (!cost_ || (cfg_.step_latency_factor <= 0 && cfg_.max_step_latency_ms <= 0)) return unbounded;
+  // The rows this step's decoding requests will bring: their token, and the drafts they may verify.
+  int64_t rows = 0;
+  for (const Sequence* s : running_) {
+    if (s->num_tokens() - s->num_computed != 1) continue;
+    int64_t spec = 0;
+    if (cfg_.num_speculative_tokens > 0 && !s->constraint && !s->spec_acc.off)
+      spec = std::clamp<int64_t>(int64_t(s->params.max_tokens) - int64_t(s->output.size()) - 1, 0,
+                                 cfg_.num_speculative_tokens);
+    rows += 1 + spec;
+  }
+  if (rows == 0 || !cost_->prefill_measured()) return unbounded;  // nobody waits, or nothing to size by
+  const double base = cost_->predict_ms(0, rows);
+  if (base < 0) return unbounded;
+  double budget = std::numeric_limits<double>::infinity();
+  if (cfg_.step_latency_factor > 0) budget = cfg_.step_latency_factor * base;
+  if (cfg_.max_step_latency_ms > 0) budget = std::min(budget, cfg_.max_step_latency_ms);
+  // The largest chunk that fits (the model is non-decreasing in its prefill tokens).
+  int64_t lo = 0, hi = cfg_.max_num_batched_tokens;
+  if (cost_->predict_ms(hi, rows) <= budget) return unbounded;
+  while (lo < hi) {
+    const int64_t mid = lo + (hi - lo + 1) / 2;
+    if (cost_->predict_ms(mid, rows) <= budget) lo = mid;
+    else hi = mid - 1;
+  }
+  return std::max(lo, cfg_.min_prefill_chunk);
+}
+
 std::vector<ScheduledChunk> Scheduler::schedule() {
   std::vector<ScheduledChunk> plan;
   // Requests whose tier pages have arrived go back to the front of the queue, in arrival order.
@@ -172,15 +203,19 @@ std::vector<ScheduledChunk> Scheduler::schedule() {
     if (cfg_.long_prefill_token_threshold > 0) n = std::min(n, cfg_.long_prefill_token_threshold);
     return n;
   };
+  // Prefill tokens the latency budget leaves this step (decode rows are never held back).
+  int64_t prefill_left = prefill_allowance();
   bool preempted = false;
   for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
     Sequence* s = running_[i];
     const int64_t need = s->num_tokens() - s->num_computed;
     if (need <= 0) continue;
-    const int64_t n = cap(need);
+    const int64_t n = need > 1 ? std::min(cap(need), prefill_left) : cap(need);
+    if (n <= 0) continue;  // an unfinished prefill waits for the next step's allowance
+    if (need > 1) prefill_left -= n;
     int64_t spec = 0;
     // Constrained sequences are speculated too: the Speculator masks drafts and targets alike.
-    if (cfg_.num_speculative_tokens > 0 && need == 1 && n == 1) {
+    if (cfg_.num_speculative_tokens > 0 && need == 1 && n == 1 && !s->spec_acc.off) {
       // Drafts to verify after the anchor: never more than the request may still emit.
       spec = std::min<int64_t>(cfg_.num_speculative_tokens, budget - 1);
       spec = std::min<int64_t>(spec, int64_t(s->params.max_tokens) - int64_t(s->output.size()) - 1);
@@ -210,7 +245,7 @@ std::vector<ScheduledChunk> Scheduler::schedule() {
   // sequence was preempted): then the head of the queue runs alone, as it always fits the pool alone.
   if (preempted && !plan.empty()) return plan;
   const int64_t watermark_pages = int64_t(std::ceil(cfg_.watermark * double(pool_.num_blocks())));
-  while (!waiting_.empty() && budget > 0 && int64_t(running_.size()) < cfg_.max_num_seqs) {
+  while (!waiting_.empty() && budget > 0 && prefill_left > 0 && int64_t(running_.size()) < cfg_.max_num_seqs) {
     Sequence* s = waiting_.front();
     if (loader_ && pool_.caching() && !s->admitted_once && !s->fetch_started && start_fetch(s)) {
       // Its prefix pages are on their way from a tier: it waits off the queue, the others go on.
@@ -232,7 +267,8 @@ std::vector<ScheduledChunk> Scheduler::schedule() {
       release_pages(s);
       break;
     }
-    const int64_t n = cap(s->num_tokens() - s->num_computed);
+    const int64_t need = s->num_tokens() - s->num_computed;
+    const int64_t n = need > 1 ? std::min(cap(need), prefill_left) : cap(need);
     if (!ensure_pages(s, s->num_computed + n)) {
       release_pages(s);
       break;
@@ -252,6 +288,7 @@ std::vector<ScheduledChunk> Scheduler::schedule() {
     running_.push_back(s);
     plan.push_back({s, s->num_computed, n, s->num_computed + n == s->num_tokens()});
     budget -= n;
+    if (need > 1) prefill_left -= n;
   }
   return plan;
 }

@@ -7,6 +7,9 @@
 // later ones. When a running sequence cannot get a page, the latest-admitted one is preempted (pages
 // released, recomputed later from its tokens) and goes back to the front of the queue. A sequence that
 // fits the pool alone therefore always completes: the Engine admits nothing longer than the pool.
+// Time-budgeted steps: with a step cost model (step_cost.h), a step that carries decode rows takes
+// only as many prefill tokens as keep its predicted time within the latency budget (at least
+// min_prefill_chunk, so long prompts always progress); the token budgets above stay upper bounds.
 #pragma once
 #include <cstdint>
 #include <chrono>
@@ -19,6 +22,7 @@
 #include "engine/block_pool.h"
 #include "engine/kv_tier.h"
 #include "engine/sequence.h"
+#include "engine/step_cost.h"
 
 namespace m3 {
 
@@ -33,6 +37,13 @@ struct SchedulerConfig {
   // kv_load_failure_policy "fail": a prefix page a tier holds but cannot deliver intact ends the request
   // (take_load_failures) instead of being recomputed.
   bool fail_on_load_error = false;
+  // Latency budget of a step that carries decode rows (needs a cost model, set_cost_model): its
+  // predicted time stays within step_latency_factor x that of a decode-only step of the same rows and
+  // within max_step_latency_ms; 0 turns either bound off (both 0: token budgets only, as before).
+  // Its prefill chunks shrink to fit, but together take at least min_prefill_chunk tokens.
+  double step_latency_factor = 0;
+  double max_step_latency_ms = 0;
+  int64_t min_prefill_chunk = 32;
 };
 
 struct ScheduledChunk {
@@ -98,6 +109,11 @@ class Scheduler {
   void set_prefix_loader(PrefixLoader* loader) { loader_ = loader; }
   // Sequences with pulled pages (Sequence::remote) take them through `importer` at first admission.
   void set_remote_importer(RemoteImporter* importer) { importer_ = importer; }
+  // The step cost model the latency budget is computed from (null: none, token budgets only). Not owned.
+  void set_cost_model(const StepCostModel* m) { cost_ = m; }
+  // Prefill tokens a step carrying the running decode rows may take within the latency budget
+  // (INT64_MAX when unbounded: no budget, no decode rows, or a cost model that cannot tell yet).
+  int64_t prefill_allowance() const;
   // Called for each page that a step completed and that entered the prefix cache; `from_decode`: the
   // page holds generated tokens (a shared tier writes pages then).
   using ComputedFn =
@@ -128,6 +144,7 @@ class Scheduler {
   std::vector<int32_t> page_tokens_;  // commit(): the tokens of the page being published
   PrefixLoader* loader_ = nullptr;
   RemoteImporter* importer_ = nullptr;
+  const StepCostModel* cost_ = nullptr;
   ComputedFn on_computed_;
   std::vector<std::pair<Sequence*, std::string>> load_failures_;
 };

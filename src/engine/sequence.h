@@ -9,6 +9,7 @@
 #include "engine/kv_lease.h"
 #include "engine/sampler.h"
 #include "engine/output_processor.h"
+#include "engine/spec_adaptive.h"
 #include "structured/matcher.h"
 
 namespace m3 {
@@ -49,6 +50,7 @@ struct Sequence {
   // pulled from a prefill engine, imported at first admission (then dropped).
   bool kv_hold = false;
   std::shared_ptr<const RemotePrefill> remote;
+  SpecAcceptance spec_acc;  // its measured draft acceptance (adaptive speculation)
 
   enum class Status { Waiting, Running, Finished } status = Status::Waiting;
   FinishReason finish = FinishReason::None;

@@ -42,7 +42,8 @@ SpeculativeConfig SpeculativeConfig::parse(const std::string& text) {
     static const char* known[] = {"method", "model", "num_speculative_tokens", "draft_sample_method",
                                   "rejection_sample_method", "kv_cache_dtype", "attention_backend",
                                   "synthetic_acceptance_length", "synthetic_acceptance_rates",
-                                  "enable_adaptive_verification", "dspark_draft_topk"};
+                                  "enable_adaptive_verification", "dspark_draft_topk",
+                                  "adaptive_num_speculative_tokens"};
     bool ok = false;
     for (const char* k : known) ok |= it.key() == k;
     if (!ok) bad(it.key(), "unknown key");
@@ -63,6 +64,11 @@ SpeculativeConfig SpeculativeConfig::parse(const std::string& text) {
   if (o.contains("enable_adaptive_verification") && o["enable_adaptive_verification"] != false)
     bad("enable_adaptive_verification", "adaptive verification (the confidence head) is not implemented in m3serve; "
                                         "remove the key or set it to false");
+  if (o.contains("adaptive_num_speculative_tokens")) {
+    if (!o["adaptive_num_speculative_tokens"].is_boolean())
+      bad("adaptive_num_speculative_tokens", "expected true or false, got " + o["adaptive_num_speculative_tokens"].dump());
+    c.adaptive = o["adaptive_num_speculative_tokens"].get<bool>();
+  }
   if (o.contains("dspark_draft_topk") && !o["dspark_draft_topk"].is_null())
     bad("dspark_draft_topk", "not implemented in m3serve; remove the key");
   if (o.contains("synthetic_acceptance_length")) {
@@ -95,7 +101,8 @@ std::string SpeculativeConfig::describe() const {
   if (!enabled) return "speculative decoding off";
   std::ostringstream o;
   o << "speculative decoding: " << method << ", " << num_speculative_tokens << " draft tokens, draft sampling "
-    << draft_sample_method << ", verification " << rejection_sample_method;
+    << draft_sample_method << ", verification " << rejection_sample_method
+    << (adaptive ? ", drafts verified per request as measured acceptance and step costs pay" : ", every draft verified");
   if (rejection_sample_method == "synthetic") {
     if (synthetic_acceptance_length > 0) o << " (acceptance length " << synthetic_acceptance_length << ")";
     else o << " (per-position rates)";

@@ -20,6 +20,10 @@ struct SpeculativeConfig {
   // rejection_sample_method "synthetic": a target acceptance length, or per-position rates.
   double synthetic_acceptance_length = 0;
   std::vector<double> synthetic_acceptance_rates;
+  // m3serve's key "adaptive_num_speculative_tokens" (default true): each step verifies per request
+  // only the drafts its measured acceptance and the measured step costs say will pay (0 = a plain
+  // decode step, no draft pass); false verifies num_speculative_tokens every step (engine/spec_adaptive.h).
+  bool adaptive = true;
 
   // Parses the JSON text of --speculative-config; "" gives a disabled config. Throws m3::Error.
   static SpeculativeConfig parse(const std::string& json_text);

@@ -38,6 +38,69 @@ Speculator::Speculator(const SpeculativeConfig& cfg, Model& target, KVDtype targ
                            : synthetic_rates_min_variance(cfg.synthetic_acceptance_length, cfg.num_speculative_tokens);
   target.set_tap_layers(dc.target_layers);
   accepted_per_pos_.assign(size_t(cfg.num_speculative_tokens), 0);
+  // Optimistic start: new requests verify their drafts until their own acceptance is measured.
+  global_acc_.rate.assign(size_t(cfg.num_speculative_tokens), 0.8);
+}
+
+namespace {
+constexpr double kRequestAlpha = 0.3;   // a request's estimate follows its last few verifications
+constexpr double kGlobalAlpha = 0.05;
+constexpr double kDraftAlpha = 0.2;
+// Every probe_every-th decision of a request verifies every draft it may, so that positions its
+// estimate has stopped reaching are measured again.
+constexpr int64_t kProbeEvery = 32;
+// Consecutive decisions against speculating after which it ends for a request.
+constexpr int kIdleToStop = 16;
+}  // namespace
+
+void Speculator::observe_draft(double ms, int requests) {
+  if (requests <= 0 || !(ms >= 0)) return;
+  const double per = ms / requests;
+  draft_ms_ = draft_ms_ < 0 ? per : draft_ms_ + kDraftAlpha * (per - draft_ms_);
+}
+
+void Speculator::choose(std::vector<ScheduledChunk>& plan, const StepCostModel& cost) {
+  if (!cfg_.adaptive || draft_ms_ < 0) return;
+  int64_t prefill = 0, rows = 0;
+  double plain = 0;
+  for (const ScheduledChunk& c : plan) {
+    (c.n == 1 && c.sample ? rows : prefill) += c.n;
+    if (c.sample) plain += 1;
+  }
+  const double base = cost.predict_ms(prefill, rows);
+  if (!(base > 0)) return;
+  const SpecCosts sc{base, std::max(0.0, cost.predict_ms(prefill, rows + 1) - base), draft_ms_};
+  cands_.clear();
+  cand_chunk_.clear();
+  for (size_t i = 0; i < plan.size(); ++i) {
+    if (!plan[i].spec) continue;
+    SpecAcceptance& a = plan[i].seq->spec_acc;
+    if (a.rate.empty()) a.rate = global_acc_.rate;
+    cands_.push_back({&a, int(plan[i].spec)});
+    cand_chunk_.push_back(i);
+  }
+  const std::vector<int> k = choose_drafts(cands_, plain, sc);
+  const double lambda = plain / base;  // tokens per ms of the step without drafts
+  for (size_t j = 0; j < k.size(); ++j) {
+    ScheduledChunk& c = plan[cand_chunk_[j]];
+    SpecAcceptance& a = c.seq->spec_acc;
+    if (++a.decisions % kProbeEvery == 0) continue;  // a probe: every draft, to re-measure
+    c.spec = k[j];
+    // Speculating (k[j] drafts, and the draft context of every kept token) against ending it (no
+    // drafts, no context): G expected accepted drafts for k row + draft + G ctx more ms, against
+    // ctx ms saved on the plain token.
+    if (ctx_ms_ >= 0) {
+      double g = 0, p = 1;
+      for (int i = 0; i < k[j]; ++i) g += (p *= std::clamp(a.rate[size_t(i)], 0.0, 1.0));
+      const double extra = k[j] > 0 ? double(k[j]) * sc.row_ms + sc.draft_ms : 0.0;
+      const bool worth = g - lambda * (extra + ctx_ms_ * g) > lambda * ctx_ms_;
+      a.idle = worth ? 0 : a.idle + 1;
+      if (a.idle >= kIdleToStop) {
+        a.off = true;
+        c.spec = 0;
+      }
+    }
+  }
 }
 
 Speculator::~Speculator() = default;
@@ -170,18 +233,32 @@ void Speculator::keep_accepted(const std::vector<ScheduledChunk>& plan) {
   // speculative chunk); the taps hold one row per token of the forward, chunk after chunk.
   ctx_rows_.clear();
   views_.resize(plan.size());
-  int64_t trow = 0;
+  int64_t trow = 0, rows = 0;
+  const auto t0 = std::chrono::steady_clock::now();
   for (size_t i = 0; i < plan.size(); ++i) {
     const ScheduledChunk& c = plan[i];
+    if (c.seq->spec_acc.off) {  // speculation ended for it: no draft context any more
+      trow += c.n + c.spec;
+      continue;
+    }
     const int64_t keep = c.spec ? 1 + outcomes_[i].accepted : c.n;
+    rows += keep;
     views_[i] = std::make_unique<PagedKV>(*kv_, c.seq->blocks, c.start + keep);
     ctx_rows_.push_back({views_[i].get(), taps_.data() + trow * draft_->taps_width(), c.start, keep});
     trow += c.n + c.spec;
   }
+  if (ctx_rows_.empty()) return;
   draft_->write_context(ctx_rows_.data(), int(ctx_rows_.size()));
+  const double per = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() /
+                     double(std::max<int64_t>(rows, 1));
+  ctx_ms_ = ctx_ms_ < 0 ? per : ctx_ms_ + kDraftAlpha * (per - ctx_ms_);
 }
 
 void Speculator::count(const ScheduledChunk& c, const VerifyOutcome& v) {
+  SpecAcceptance& a = c.seq->spec_acc;
+  if (a.rate.empty()) a.rate = global_acc_.rate;
+  a.update(int(c.spec), v.accepted, kRequestAlpha);
+  global_acc_.update(int(c.spec), v.accepted, kGlobalAlpha);
   ++steps_;
   drafted_ += c.spec;
   accepted_ += v.accepted;

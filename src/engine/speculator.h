@@ -9,13 +9,16 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <chrono>
 #include <string>
 #include <vector>
 
 #include "engine/kv_format.h"
 #include "engine/kv_pool.h"
 #include "engine/scheduler.h"
+#include "engine/spec_adaptive.h"
 #include "engine/spec_config.h"
+#include "engine/step_cost.h"
 #include "engine/spec_verify.h"
 #include "model/dspark.h"
 #include "model/model.h"
@@ -40,6 +43,12 @@ class Speculator {
   std::string layout_extra() const;
   std::string describe() const;  // for the engine's start-up line
 
+  // Adaptive speculation (cfg.adaptive): lowers each speculative chunk's spec to the drafts worth
+  // verifying, from the requests' measured acceptance, `cost` (the target step) and the draft pass's
+  // measured cost. Until both costs are measured every draft is verified (which measures them).
+  void choose(std::vector<ScheduledChunk>& plan, const StepCostModel& cost);
+  // The draft pass of a step took `ms` for `requests` requests.
+  void observe_draft(double ms, int requests);
   void propose(const std::vector<ScheduledChunk>& plan);
   const std::vector<int32_t>& drafts(size_t chunk) const { return drafts_[chunk]; }
   // The forward's tap rows (the draft's input), `rows` tokens of the step.
@@ -72,6 +81,11 @@ class Speculator {
   std::vector<std::unique_ptr<PagedKV>> views_;
   int64_t steps_ = 0, drafted_ = 0, accepted_ = 0;
   std::vector<int64_t> accepted_per_pos_;
+  SpecAcceptance global_acc_;    // all requests' acceptance: a new request's starting estimate
+  double draft_ms_ = -1;         // EWMA of the draft pass's cost per request (-1: not measured)
+  double ctx_ms_ = -1;           // EWMA of writing the draft's context K/V, per token
+  std::vector<SpecCandidate> cands_;
+  std::vector<size_t> cand_chunk_;
 };
 
 // "speculative: N drafts, N draft tokens, N accepted; acceptance length X; acceptance rate per position [..]".

@@ -1,8 +1,9 @@
 // DSpark speculative decoding in the engine, on the shipped demo model and its dspark/ draft:
 // the draft's block pass equals the PyTorch draft (tests/data/demo/dspark_golden.*); greedy outputs
 // are token-for-token identical with and without speculation, alone and in a batch of 16 mixed
-// requests, also under prefix-cache hits, preemption and aborts; sampled outputs follow the target's
-// distribution (chi-square on the joint law of 4 tokens); the counters add up; synthetic
+// requests, also under prefix-cache hits, preemption and aborts, and whatever number of drafts adaptive
+// speculation verifies; sampled outputs follow the target's distribution (chi-square on the joint law
+// of 4 tokens, also with adaptive speculation cutting the drafts); the counters add up; synthetic
 // acceptance reaches its configured length; bad configurations fail at start with clear messages.
 #include <gtest/gtest.h>
 
@@ -234,7 +235,7 @@ TEST(SpecEngine, GreedyIdenticalUnderPreemptionPrefixCacheAndAborts) {
 // first 4 generated tokens has at most 81 cells and is computed exactly by enumerating prefixes
 // with the plain forward pass. The speculative engine's samples must fit it (Pearson chi-square,
 // alpha = 1e-3, cells under 5 expected pooled). Tokens 2-4 come from speculative steps.
-void check_lossless(const char* rejection) {
+void check_lossless(const char* rejection, const m3::StepCostModel* cost = nullptr) {
   const int64_t V = demo().config().vocab;
   const std::vector<int32_t> prompt = demo_tok().encode("And God said, Let", true);
   SamplingParams sp;
@@ -278,6 +279,7 @@ void check_lossless(const char* rejection) {
   c.indexer_kv_dtype = "fp32";
   c.max_num_batched_tokens = 4096;
   Engine e(demo(), &demo_tok(), c);
+  if (cost) e.set_step_cost_model(cost);
   const int N = 1500;
   for (int base = 0; base < N; base += 500) {
     for (int i = base; i < base + 500; ++i) {
@@ -304,8 +306,58 @@ void check_lossless(const char* rejection) {
 TEST(SpecEngine, SampledOutputFollowsTargetBlock) { check_lossless("block"); }
 TEST(SpecEngine, SampledOutputFollowsTargetStandard) { check_lossless("standard"); }
 
+// Adaptive speculation against step costs that make verified rows dear (a fake: 1 s + 10 ms per
+// decode row + 1 ms per prefill token), so that the number of drafts verified changes from step to
+// step with each request's measured acceptance.
+struct DearRows : m3::StepCostModel {
+  double predict_ms(int64_t p, int64_t d) const override { return 1000.0 + 10.0 * double(d) + 1.0 * double(p); }
+};
+
+TEST(SpecEngine, SampledOutputFollowsTargetBlockAdaptive) {
+  DearRows cost;
+  check_lossless("block", &cost);
+}
+
+TEST(SpecEngine, AdaptiveDraftCountNeverChangesGreedyOutput) {
+  DearRows cost;
+  const auto prompts = demo_prompts();
+  // The same 6 greedy requests without speculation, with 7 drafts verified every step, and adaptive.
+  auto run = [&](int mode, m3::EngineStats* st) {
+    EngineConfig c = spec_config(7, "block");
+    c.spec.adaptive = mode == 2;
+    if (mode == 0) c.spec = m3::SpeculativeConfig{};
+    Engine e(demo(), &demo_tok(), c);
+    if (mode == 2) e.set_step_cost_model(&cost);
+    for (int i = 0; i < 6; ++i) {
+      SamplingParams p;
+      p.temperature = 0;
+      p.max_tokens = 48;
+      p.ignore_eos = true;
+      e.add_request("g" + std::to_string(i), prompts[size_t(i)], p);
+    }
+    auto out = m3test::drain(e);
+    *st = e.stats();
+    return out;
+  };
+  m3::EngineStats st_plain, st_fixed, st_adaptive;
+  const auto plain = run(0, &st_plain), fixed = run(1, &st_fixed), adaptive = run(2, &st_adaptive);
+  for (const auto& [id, f] : plain) {
+    EXPECT_EQ(fixed.at(id).tokens, f.tokens) << id;
+    EXPECT_EQ(adaptive.at(id).tokens, f.tokens) << id;
+  }
+  EXPECT_GT(st_adaptive.spec_accepted_tokens, 0);
+  // The decision did cut the drafts: fewer verified than with the fixed length for the same tokens.
+  EXPECT_LT(st_adaptive.spec_draft_tokens, st_fixed.spec_draft_tokens);
+  std::printf("drafts verified: fixed %lld in %lld steps, adaptive %lld in %lld steps\n",
+              (long long)st_fixed.spec_draft_tokens, (long long)st_fixed.spec_drafts,
+              (long long)st_adaptive.spec_draft_tokens, (long long)st_adaptive.spec_drafts);
+}
+
 TEST(SpecEngine, CountersAddUp) {
-  Engine e(demo(), &demo_tok(), spec_config(7, "standard"));
+  // Every step verifies its drafts (adaptive speculation off), so that the tokens add up as below.
+  EngineConfig c = spec_config(7, "standard");
+  c.spec.adaptive = false;
+  Engine e(demo(), &demo_tok(), c);
   const auto prompts = demo_prompts();
   int64_t emitted = 0;
   for (int i = 0; i < 4; ++i) {

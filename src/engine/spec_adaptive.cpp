@@ -1,0 +1,50 @@
+// Adaptive speculation's decision (see spec_adaptive.h).
+#include "engine/spec_adaptive.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace m3 {
+
+void SpecAcceptance::update(int verified, int accepted, double alpha) {
+  for (int j = 0; j < verified && j < int(rate.size()) && j <= accepted; ++j)
+    rate[size_t(j)] += alpha * ((j < accepted ? 1.0 : 0.0) - rate[size_t(j)]);
+}
+
+std::vector<int> choose_drafts(const std::vector<SpecCandidate>& cands, double plain_tokens, const SpecCosts& c) {
+  std::vector<int> k(cands.size(), 0);
+  if (cands.empty() || !(c.base_ms > 0)) return k;
+  // Best k of one request at rate lambda (tokens per ms), and its expected accepted drafts.
+  auto best = [&](const SpecCandidate& cand, double lambda, double* gain_tokens) {
+    double p = 1, tokens = 0, value = 0, best_value = 0;
+    int best_k = 0;
+    *gain_tokens = 0;
+    for (int i = 1; i <= cand.max_k && i <= int(cand.acc->rate.size()); ++i) {
+      p *= std::clamp(cand.acc->rate[size_t(i - 1)], 0.0, 1.0);
+      tokens += p;
+      value += p - lambda * c.row_ms;
+      if (value - lambda * c.draft_ms > best_value) {
+        best_value = value - lambda * c.draft_ms;
+        best_k = i;
+        *gain_tokens = tokens;
+      }
+    }
+    return best_k;
+  };
+  double lambda = plain_tokens / c.base_ms;
+  for (int iter = 0; iter < 20; ++iter) {
+    double tokens = plain_tokens, ms = c.base_ms;
+    for (size_t r = 0; r < cands.size(); ++r) {
+      double g = 0;
+      k[r] = best(cands[r], lambda, &g);
+      tokens += g;
+      if (k[r] > 0) ms += double(k[r]) * c.row_ms + c.draft_ms;
+    }
+    const double next = tokens / ms;
+    if (!(next > lambda * (1 + 1e-9))) break;  // the ratio stopped rising: optimal
+    lambda = next;
+  }
+  return k;
+}
+
+}  // namespace m3

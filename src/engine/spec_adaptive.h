@@ -1,0 +1,46 @@
+// Adaptive speculation: per request and step, how many of its drafts to verify (0 = a plain decode
+// step, and no draft pass for it), from what was measured: the request's acceptance so far (an EWMA of
+// the conditional acceptance at each draft position) and the cost of a step (a verified row's marginal
+// cost from the step cost model, a draft pass's cost per request). The choice maximises the step's
+// expected emitted tokens per millisecond. It only truncates the drafts the verification sees; the
+// acceptance rule is unchanged, so speculation stays lossless.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+namespace m3 {
+
+// One request's acceptance record: rate[j] estimates P(draft j+1 accepted | drafts 1..j accepted).
+struct SpecAcceptance {
+  std::vector<double> rate;
+  int64_t decisions = 0;  // steps decided for it (every probe_every-th verifies every draft it may)
+  // Consecutive decisions in which speculating (its best draft count, plus writing the draft's context
+  // for every kept token) was worth less than plain decoding without the draft context; after enough
+  // of them speculation ends for the request (`off`): its draft context is no longer written, so it
+  // cannot resume, and it decodes as without speculation.
+  int idle = 0;
+  bool off = false;
+  // After a verification of `verified` drafts of which the first `accepted` were kept: each position
+  // the verification reached moves toward 1 (kept) or 0 (rejected) by `alpha`.
+  void update(int verified, int accepted, double alpha);
+};
+
+struct SpecCosts {
+  double base_ms = 0;   // the step without any drafts: its decode rows, prefill chunks, fixed cost
+  double row_ms = 0;    // one more verified row
+  double draft_ms = 0;  // the draft pass of one request
+};
+
+struct SpecCandidate {
+  const SpecAcceptance* acc = nullptr;
+  int max_k = 0;  // drafts it may verify (the scheduler's bound: max_tokens, pages, budget)
+};
+
+// Drafts to verify per candidate, maximising (plain_tokens + expected accepted drafts) / step time,
+// where each candidate brings one plain token anyway; `plain_tokens` counts those of the whole step
+// (including decode rows that cannot speculate). Exact for that ratio (Dinkelbach's iteration: with
+// the rate lambda fixed the requests separate, each taking the k with the largest
+// sum_{i<=k} (P_i - lambda row_ms) - lambda draft_ms [k > 0], P_i = prod_{j<=i} rate[j-1]).
+std::vector<int> choose_drafts(const std::vector<SpecCandidate>& cands, double plain_tokens, const SpecCosts& costs);
+
+}  // namespace m3

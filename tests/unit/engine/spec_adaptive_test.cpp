@@ -1,0 +1,90 @@
+// Adaptive speculation's decision (engine/spec_adaptive.h) with fake step costs and fake acceptance
+// records: no drafts when rows are dear and acceptance low, every draft when rows are cheap, the
+// right cut for a known per-position law, the exact optimum of tokens per ms against brute force, the
+// scheduler's bound per request respected; and the acceptance record's update rule.
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "engine/spec_adaptive.h"
+
+namespace {
+
+m3::SpecAcceptance acc(std::vector<double> r) {
+  m3::SpecAcceptance a;
+  a.rate = std::move(r);
+  return a;
+}
+
+double ratio(const std::vector<m3::SpecCandidate>& cands, const std::vector<int>& k, double plain,
+             const m3::SpecCosts& c) {
+  double tokens = plain, ms = c.base_ms;
+  for (size_t r = 0; r < cands.size(); ++r) {
+    double p = 1;
+    for (int i = 0; i < k[r]; ++i) tokens += (p *= cands[r].acc->rate[size_t(i)]);
+    if (k[r] > 0) ms += k[r] * c.row_ms + c.draft_ms;
+  }
+  return tokens / ms;
+}
+
+TEST(SpecAdaptive, DearRowsAndLowAcceptanceSkipDrafting) {
+  const auto a = acc({0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1});
+  const std::vector<m3::SpecCandidate> c = {{&a, 7}};
+  EXPECT_EQ(m3::choose_drafts(c, 1, {10, 5, 5}), std::vector<int>{0});
+}
+
+TEST(SpecAdaptive, CheapRowsAndHighAcceptanceVerifyAll) {
+  const auto a = acc({0.9, 0.9, 0.9, 0.9, 0.9, 0.9, 0.9});
+  const std::vector<m3::SpecCandidate> c = {{&a, 7}, {&a, 3}};
+  EXPECT_EQ(m3::choose_drafts(c, 2, {10, 0.1, 0.5}), (std::vector<int>{7, 3}));  // 3: the scheduler's bound
+}
+
+TEST(SpecAdaptive, CutsWhereTheLawStopsPaying) {
+  // Synthetic acceptance length 2.3 (vLLM's minimum-variance schedule): conditional 1, 0.3, then 0.
+  const auto a = acc({1, 0.3, 0, 0, 0, 0, 0});
+  const std::vector<m3::SpecCandidate> c = {{&a, 7}};
+  // 10 ms step, 1 ms per row, 1 ms per draft pass: 2 drafts give 2.3 tokens in 13 ms (0.177 / ms); a
+  // third would add a row and nothing else.
+  EXPECT_EQ(m3::choose_drafts(c, 1, {10, 1, 1}), std::vector<int>{2});
+  // Rows nearly free: still 2 (the later positions are never accepted).
+  EXPECT_EQ(m3::choose_drafts(c, 1, {10, 1e-3, 1}), std::vector<int>{2});
+  // The draft pass dearer than what two drafts bring at this rate: none.
+  EXPECT_EQ(m3::choose_drafts(c, 1, {10, 1, 20}), std::vector<int>{0});
+}
+
+TEST(SpecAdaptive, MatchesBruteForceOptimum) {
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<double> u(0, 1);
+  for (int trial = 0; trial < 200; ++trial) {
+    std::vector<m3::SpecAcceptance> accs(3);
+    std::vector<m3::SpecCandidate> c;
+    for (auto& a : accs) {
+      for (int i = 0; i < 4; ++i) a.rate.push_back(u(rng));
+      c.push_back({&a, 1 + int(rng() % 4)});
+    }
+    const m3::SpecCosts cost{5 + 20 * u(rng), 3 * u(rng), 3 * u(rng)};
+    const double plain = 3 + double(rng() % 4);
+    const auto k = m3::choose_drafts(c, plain, cost);
+    double best = 0;
+    for (int k0 = 0; k0 <= c[0].max_k; ++k0)
+      for (int k1 = 0; k1 <= c[1].max_k; ++k1)
+        for (int k2 = 0; k2 <= c[2].max_k; ++k2) best = std::max(best, ratio(c, {k0, k1, k2}, plain, cost));
+    for (size_t r = 0; r < 3; ++r) EXPECT_LE(k[r], c[r].max_k);
+    EXPECT_NEAR(ratio(c, k, plain, cost), best, 1e-9 * best) << "trial " << trial;
+  }
+}
+
+TEST(SpecAdaptive, AcceptanceUpdateMovesOnlyReachedPositions) {
+  auto a = acc({0.5, 0.5, 0.5, 0.5});
+  a.update(3, 1, 0.5);  // draft 1 kept, draft 2 rejected, draft 3 never reached, 4 not verified
+  EXPECT_DOUBLE_EQ(a.rate[0], 0.75);
+  EXPECT_DOUBLE_EQ(a.rate[1], 0.25);
+  EXPECT_DOUBLE_EQ(a.rate[2], 0.5);
+  EXPECT_DOUBLE_EQ(a.rate[3], 0.5);
+  a.update(2, 2, 0.5);  // both kept
+  EXPECT_DOUBLE_EQ(a.rate[0], 0.875);
+  EXPECT_DOUBLE_EQ(a.rate[1], 0.625);
+  EXPECT_DOUBLE_EQ(a.rate[2], 0.5);
+}
+
+}  // namespace
