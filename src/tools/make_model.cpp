@@ -606,8 +606,10 @@ MakeModelStats make_model(const MakeModelOptions& o, const std::string& out_dir)
   if (o.vision_layers > 0) {
     const ojson comp = {{"image_token_compression_method", "patch_merge"}, {"spatial_merge_size", 2},
                         {"temporal_patch_size", 2}};
-    cfg["image_token_index"] = 200025;
-    cfg["video_token_index"] = 200026;
+    // The real placeholder ids when the vocabulary reaches them; a small vocabulary has no image tokens,
+    // so its last ids stand in (the server puts image embeddings at those positions, never the token's).
+    cfg["image_token_index"] = V > 200026 ? 200025 : int(V - 2);
+    cfg["video_token_index"] = V > 200026 ? 200026 : int(V - 1);
     cfg["projector_hidden_size"] = H;
     cfg["projector_hidden_act"] = "gelu";
     cfg["multimodal_projector_bias"] = true;
