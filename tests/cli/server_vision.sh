@@ -101,8 +101,21 @@ content() { echo "$1" | sed 's/.*"choices"://; s/"usage":.*//'; }
 H1=$(hits)
 SAME=$($PY -c "print(int(float('$H1') - float('$H0')))")
 
+# Streamed, and n = 2: every choice sees the image (the same greedy answer as above).
+sed 's/"max_tokens":4,/"max_tokens":4,"stream":true,"stream_options":{"include_usage":true},/' "$TMP/a.json" >"$TMP/s.json"
+curl -sN -H "Content-Type: application/json" "$U/v1/chat/completions" --data-binary "@$TMP/s.json" >"$TMP/stream.txt"
+[ "$(grep -v '^$' "$TMP/stream.txt" | tail -1)" = "data: [DONE]" ] || fail "image stream does not end with [DONE]"
+grep -q "\"usage\":{\"prompt_tokens\":$PT," "$TMP/stream.txt" || fail "image stream usage: $(tail -3 "$TMP/stream.txt")"
+sed 's/"max_tokens":4,/"max_tokens":4,"n":2,/' "$TMP/a.json" >"$TMP/n2.json"
+req /v1/chat/completions "$TMP/n2.json"
+[ "$STATUS" = 200 ] || fail "n=2 image chat: $STATUS $BODY"
+WANT=$(echo "$A1" | grep -o '"message":{[^}]*}')
+[ "$(echo "$BODY" | grep -o '"message":{[^}]*}' | sort -u)" = "$WANT" ] || fail "n=2 choices differ from the single answer: $BODY"
+[ "$(echo "$BODY" | grep -o '"message":{' | wc -l)" = 2 ] || fail "n=2: not two choices: $BODY"
+
 # The same text with another image: other logprobs, and the image's pages are not shared.
 chat_body "What is in this picture?" "$(url b.png png)" >"$TMP/b.json"
+H1=$(hits)
 req /v1/chat/completions "$TMP/b.json"
 [ "$STATUS" = 200 ] || fail "second image: $STATUS $BODY"
 H2=$(hits)
