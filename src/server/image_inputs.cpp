@@ -1,6 +1,9 @@
 // Image URLs of chat content parts -> encoded bytes, and the --limit-mm-per-prompt flag.
 #include "server/image_inputs.h"
 
+#include <httplib.h>
+
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -121,18 +124,58 @@ std::vector<uint8_t> from_file_url(const ImageInput& in, const MediaOptions& opt
   return std::vector<uint8_t>((std::istreambuf_iterator<char>(f)), {});
 }
 
+// GET with a size cap (the decoder's max_bytes) and a deadline for the whole answer, checked per
+// received chunk, so neither a huge body nor a slow drip holds the worker past fetch_timeout_s.
+std::vector<uint8_t> from_http_url(const ImageInput& in, const MediaOptions& opt) {
+  const std::string& u = in.url;
+  const size_t host_at = u.find("://") + 3;
+  const size_t path_at = u.find('/', host_at);
+  const std::string origin = u.substr(0, path_at);
+  const std::string path = path_at == std::string::npos ? "/" : u.substr(path_at);
+  if (host_at >= u.size() || origin.size() <= host_at)
+    throw bad_request(in.where + ": image URL without a host: '" + u.substr(0, 64) + "'", "messages");
+  httplib::Client c(origin);
+  if (!c.is_valid()) throw bad_request(in.where + ": cannot fetch '" + origin + "'", "messages");
+  const auto secs = std::chrono::duration<double>(opt.fetch_timeout_s);
+  c.set_connection_timeout(std::chrono::duration_cast<std::chrono::microseconds>(secs));
+  c.set_read_timeout(std::chrono::duration_cast<std::chrono::microseconds>(secs));
+  c.set_follow_location(true);
+  const auto deadline = std::chrono::steady_clock::now() + secs;
+  std::vector<uint8_t> body;
+  bool too_big = false, too_slow = false;
+  auto res = c.Get(path, [&](const char* data, size_t n) {
+    if (body.size() + n > opt.decode.max_bytes) return !(too_big = true);
+    if (std::chrono::steady_clock::now() > deadline) return !(too_slow = true);
+    body.insert(body.end(), data, data + n);
+    return true;
+  });
+  if (too_big)
+    throw bad_request(in.where + ": the image at '" + u.substr(0, 128) + "' is larger than " +
+                          std::to_string(opt.decode.max_bytes) + " bytes",
+                      "messages");
+  if (too_slow || (!res && (res.error() == httplib::Error::ConnectionTimeout || res.error() == httplib::Error::Read)))
+    throw bad_request(in.where + ": fetching '" + u.substr(0, 128) + "' took longer than " +
+                          std::to_string(opt.fetch_timeout_s) + " s",
+                      "messages");
+  if (!res)
+    throw bad_request(in.where + ": cannot fetch '" + u.substr(0, 128) + "': " + httplib::to_string(res.error()),
+                      "messages");
+  if (res->status != 200)
+    throw bad_request(in.where + ": fetching '" + u.substr(0, 128) + "' answered HTTP " + std::to_string(res->status),
+                      "messages");
+  if (body.empty()) throw bad_request(in.where + ": '" + u.substr(0, 128) + "' returned no bytes", "messages");
+  return body;
+}
+
 }  // namespace
 
 std::vector<uint8_t> load_image_bytes(const ImageInput& in, const MediaOptions& opt) {
   const std::string& u = in.url;
   if (u.rfind("data:", 0) == 0) return from_data_url(in, opt);
   if (u.rfind("file://", 0) == 0) return from_file_url(in, opt);
-  if (u.rfind("http://", 0) == 0 || u.rfind("https://", 0) == 0)
-    throw bad_request(in.where + ": http(s) image URLs are not fetched by this server; send the image as a "
-                                 "data: URL (data:image/png;base64,...)",
-                      "messages");
+  if (u.rfind("http://", 0) == 0 || u.rfind("https://", 0) == 0) return from_http_url(in, opt);
   throw bad_request(in.where + ": unsupported image URL scheme in '" + u.substr(0, 32) +
-                        "' (supported: data:, file:// with --allowed-local-media-path)",
+                        "' (supported: data:, http(s)://, file:// with --allowed-local-media-path)",
                     "messages");
 }
 

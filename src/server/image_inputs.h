@@ -1,6 +1,6 @@
 // Chat image inputs on the server side: the media options (--limit-mm-per-prompt,
 // --language-model-only, --allowed-local-media-path) and turning an image part's URL into encoded
-// bytes (data: URLs, file:// under the allowed folder). Decoding and the tower are the model's
+// bytes (data: URLs, http(s) with a size and time limit, file:// under the allowed folder). Decoding and the tower are the model's
 // (model/image_encoder.h); every failure here is a 400 naming the content part.
 #pragma once
 #include <cstdint>
@@ -16,6 +16,7 @@ struct MediaOptions {
   bool language_model_only = false;
   std::string allowed_local_media_path;  // empty: file:// URLs refused
   vision::DecodeLimits decode;
+  double fetch_timeout_s = 5;  // an http(s) image, connection to last byte (vLLM's VLLM_IMAGE_FETCH_TIMEOUT)
 };
 
 // Parses --limit-mm-per-prompt's JSON ({"image": N, "video": 0}) into opt; throws m3::Error naming the

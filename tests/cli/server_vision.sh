@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Chat image inputs end to end over HTTP: a tiny m31 checkpoint (make-model writes a random vision tower)
 # served by the real binary; images are generated with Pillow (/usr/bin/python3) and sent as data: URLs
-# (PNG, JPEG) and a file:// URL under --allowed-local-media-path. Checks: greedy round trips are
+# (PNG, JPEG), a file:// URL under --allowed-local-media-path and http:// from a local stdlib server. Checks: greedy round trips are
 # reproducible; the same text with another image gives other logprobs and fewer prefix-cache hits than
 # the same image again; /tokenize counts the expanded image tokens exactly as the chat's prompt_tokens;
 # --limit-mm-per-prompt; every bad image is a 400 naming its content part; --language-model-only
@@ -155,8 +155,28 @@ chat_body "x" "data:image/png;base64," >"$TMP/body.json"
 expect_400 'messages\[0\].content\[0\]: the data URL holds no bytes' "empty data URL"
 chat_body "x" "data:text/plain;base64,aGVsbG8=" >"$TMP/body.json"
 expect_400 'messages\[0\].content\[0\]: the data URL.s media type must be image' "text data URL"
-chat_body "x" "https://example.com/cat.png" >"$TMP/body.json"
-expect_400 'messages\[0\].content\[0\]: http(s) image URLs are not fetched' "https URL"
+# http(s): fetched (a local stdlib server), a 404 and a closed port are 400s naming the part.
+$PY -u -m http.server 0 --bind 127.0.0.1 --directory "$TMP/media" >"$TMP/http.log" 2>&1 &
+HPID=$!
+trap 'kill -9 $PID $HPID 2>/dev/null || true' EXIT
+HPORT=""
+for _ in $(seq 1 100); do
+  HPORT=$(sed -n 's/.*port \([0-9]*\).*/\1/p' "$TMP/http.log" | head -1)
+  [ -n "$HPORT" ] && break
+  sleep 0.1
+done
+[ -n "$HPORT" ] || fail "the media HTTP server did not start: $(cat "$TMP/http.log")"
+chat_body "What is in this picture?" "http://127.0.0.1:$HPORT/a.png" >"$TMP/body.json"
+req /v1/chat/completions "$TMP/body.json"
+[ "$STATUS" = 200 ] || fail "http image: $STATUS $BODY"
+[ "$(content "$BODY")" = "$(content "$A1")" ] || fail "the fetched image answers differently from its data URL: $BODY"
+chat_body "x" "http://127.0.0.1:$HPORT/missing.png" >"$TMP/body.json"
+expect_400 "messages\[0\].content\[0\]: fetching 'http://127.0.0.1:$HPORT/missing.png' answered HTTP 404" "http 404"
+kill $HPID; wait $HPID 2>/dev/null || true
+chat_body "x" "http://127.0.0.1:$HPORT/a.png" >"$TMP/body.json"
+expect_400 "messages\[0\].content\[0\]: cannot fetch 'http://127.0.0.1:$HPORT/a.png'" "http closed port"
+chat_body "x" "ftp://127.0.0.1/a.png" >"$TMP/body.json"
+expect_400 'messages\[0\].content\[0\]: unsupported image URL scheme' "ftp URL"
 chat_body "x" "file:///etc/passwd" >"$TMP/body.json"
 expect_400 'messages\[0\].content\[0\]: .*outside --allowed-local-media-path' "file:// outside"
 echo '{"messages":[{"role":"user","content":[{"type":"text","text":"a"},{"type":"video_url","video_url":{"url":"x"}}]}]}' >"$TMP/body.json"
