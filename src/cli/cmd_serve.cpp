@@ -21,8 +21,11 @@
 #include "store/kv_transfer_config.h"
 #include "store/redis_kv_tier.h"
 #include "base/error.h"
+#include "model/image_encoder.h"
 #include "model/model.h"
+#include "model/vision_config.h"
 #include "server/http_server.h"
+#include "server/image_inputs.h"
 #include "tokenizer/tokenizer.h"
 #include "transfer/kv_transfer_client.h"
 #include "transfer/kv_transfer_server.h"
@@ -58,6 +61,7 @@ struct ServeOpts {
   bool enable_dbo = false, disable_hybrid = false, expert_parallel = false, numa_bind = false, enforce_eager = false,
        dp_hybrid_lb = false, kv_cache_metrics = false, trust_remote_code = false, log_requests = false,
        no_log_requests = false, language_model_only = false;
+  std::string allowed_local_media_path;
 };
 
 std::string read_file(const fs::path& p) {
@@ -180,6 +184,13 @@ void run_serve(ServeOpts& o, CLI::App* sub) {
   if (!o.reasoning_parser.empty()) ctx.reasoning = chat::reasoning_format_from_name(o.reasoning_parser);
   if (!o.tool_call_parser.empty()) ctx.tool = chat::tool_format_from_name(o.tool_call_parser);
   ctx.enable_auto_tool_choice = o.enable_auto_tool_choice;
+  server::parse_limit_mm(o.limit_mm, ctx.media);  // flag errors before the model loads
+  ctx.media.language_model_only = o.language_model_only;
+  if (!o.allowed_local_media_path.empty()) {
+    if (!fs::is_directory(o.allowed_local_media_path))
+      throw Error("--allowed-local-media-path: " + o.allowed_local_media_path + " is not a directory");
+    ctx.media.allowed_local_media_path = o.allowed_local_media_path;
+  }
 
   const ModelOptions model_options = o.engine.model.options();  // flag errors before a download
   const ModelDirs dirs = resolve_model_dirs(o.engine.model.ref, ref);
@@ -188,6 +199,23 @@ void run_serve(ServeOpts& o, CLI::App* sub) {
   if (const std::string d = describe_model_flags(o.engine.model, model); !d.empty())
     std::fprintf(stderr, "[m3serve] %s\n", d.c_str());
   Tokenizer tok = Tokenizer::from_dir(dirs.tokenizer);
+  // The vision tower, unless --language-model-only (then its weights are never read) or the checkpoint
+  // has none; chat image parts are refused by name without it.
+  std::unique_ptr<ImageEncoder> image_encoder;
+  if (!o.language_model_only &&
+      VisionConfig::from_json_text(read_file(fs::path(dir) / "config.json"), dir + "/config.json", model.config().hidden)
+          .present) {
+    image_encoder = std::make_unique<ImageEncoder>(dir, int(model.config().hidden));
+    const VisionConfig& vc = image_encoder->config();
+    if (vc.image_token_id < 0 || vc.image_token_id >= model.config().vocab)
+      throw Error(dir + "/config.json: image_token_index " + std::to_string(vc.image_token_id) +
+                  " is outside the vocabulary (" + std::to_string(model.config().vocab) + ")");
+    ctx.images = image_encoder.get();
+    std::fprintf(stderr, "[m3serve] vision tower: %d layers, hidden %d; at most %lld image(s) per prompt\n", vc.layers,
+                 vc.hidden, (long long)ctx.media.limit_image);
+  } else if (o.language_model_only) {
+    std::fprintf(stderr, "[m3serve] --language-model-only: vision tower not loaded; image parts are refused\n");
+  }
   Engine engine(model, &tok, ec);
   // The shared KV tier (--kv-transfer-config RedisConnector): pages written as computed, found by
   // every engine of the same model and cache layout.
@@ -462,9 +490,13 @@ void register_serve(CLI::App& app) {
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   sub->add_flag("--enforce-eager", o->enforce_eager, "Not applicable");
   sub->add_flag("--kv-cache-metrics", o->kv_cache_metrics, "Not applicable");
-  sub->add_option("--limit-mm-per-prompt", o->limit_mm, "Accepted: this build takes text input only");
+  sub->add_option("--limit-mm-per-prompt", o->limit_mm,
+                  "Images per chat prompt, vLLM's JSON '{\"image\": N}' (default 999); video and audio only as 0");
+  sub->add_option("--allowed-local-media-path", o->allowed_local_media_path,
+                  "Folder whose files chat image parts may name as file:// URLs (default: file:// refused)");
   sub->add_flag("--trust-remote-code", o->trust_remote_code, "Accepted (no remote code is ever run)");
-  sub->add_flag("--language-model-only", o->language_model_only, "Accepted (text only)");
+  sub->add_flag("--language-model-only", o->language_model_only,
+                "Skip loading the vision tower; chat image parts are refused");
   sub->add_flag("--enable-log-requests", o->log_requests, "Accepted (requests are not logged)");
   sub->add_flag("--no-enable-log-requests", o->no_log_requests, "Accepted (requests are not logged)");
   sub->callback([o, sub] { run_serve(*o, sub); });

@@ -177,7 +177,7 @@ void AsyncEngine::loop() {
       std::vector<std::string> added;
       try {
         for (auto& r : p->reqs) {
-          engine_.add_request(r.id, r.prompt, r.params, r.text, r.kv);
+          engine_.add_request(r.id, r.prompt, r.params, r.text, r.kv, r.mm);
           added.push_back(r.id);
         }
         const auto now = std::chrono::steady_clock::now();

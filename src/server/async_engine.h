@@ -46,6 +46,7 @@ struct EngineRequest {
   SamplingParams params;
   TextOptions text;  // how the engine makes its text deltas
   RequestKv kv;      // P/D disaggregation (kv_transfer_params)
+  std::vector<MultimodalSpan> mm;  // image embeddings for placeholder spans of the prompt
 };
 
 class AsyncEngine {

@@ -156,6 +156,7 @@ std::shared_ptr<Call> start_call(AsyncEngine& ae, const ServerContext& ctx, Pars
       r.text = choice_text_options(c->pr.choice);
       r.kv.hold_for_remote = c->pr.kv_hold;
       r.kv.remote = remote;
+      if (p == 0) r.mm = c->pr.mm;
       if (r.params.has_seed) r.params.seed += uint64_t(j);  // distinct samples per choice, reproducible
       c->index[r.id] = c->choices.size();
       c->ids.push_back(r.id);
@@ -984,8 +985,10 @@ class Conn : public std::enable_shared_from_this<Conn> {
           check_model(body, ctx);
           std::vector<int32_t> ids;
           if (body.contains("messages")) {
-            const std::string text = render_messages(body, ctx, true);
-            ids = ctx.tok->encode(text, true);
+            // Images count as their expanded placeholder tokens (decoded and resized, not encoded).
+            std::vector<ImageInput> images;
+            const std::string text = render_messages(body, ctx, true, &images);
+            ids = tokenize_chat(text, images, ctx, false).ids;
           } else {
             auto p = body.find("prompt");
             if (p == body.end() || !p->is_string())

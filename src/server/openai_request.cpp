@@ -183,9 +183,10 @@ std::string check_model(const ojson& body, const ServerContext& ctx) {
 
 namespace {
 
-// Content parts of message i: only text is implemented. Image, audio, video and file parts are refused
-// by name (never dropped: the model would answer about an image it never saw).
-void check_content_parts(const ojson& parts, size_t i) {
+// Content parts of message i: text, and image_url parts when `images` collects them (the chat endpoint
+// with a vision tower). Other image kinds, audio, video and file parts are refused by name (never
+// dropped: the model would answer about an image it never saw).
+void check_content_parts(const ojson& parts, size_t i, const ServerContext& ctx, std::vector<ImageInput>* images) {
   const std::string where = "messages[" + std::to_string(i) + "].content";
   for (size_t j = 0; j < parts.size(); ++j) {
     const ojson& p = parts[j];
@@ -200,6 +201,31 @@ void check_content_parts(const ojson& parts, size_t i) {
         throw bad_request(at + ": a text part needs a string 'text'", "messages");
       continue;
     }
+    if (t == "image_url" && images) {
+      if (ctx.media.language_model_only)
+        throw bad_request(at + ": image input is disabled on this server (--language-model-only)", "messages");
+      if (!ctx.images)
+        throw bad_request(at + ": this model has no vision tower; image_url parts cannot be served", "messages");
+      auto u = p.find("image_url");
+      std::string url;
+      if (u != p.end() && u->is_string()) {
+        url = u->get<std::string>();
+      } else if (u != p.end() && u->is_object() && u->contains("url") && (*u)["url"].is_string()) {
+        url = (*u)["url"].get<std::string>();
+        for (auto it = u->begin(); it != u->end(); ++it) {
+          if (it.key() == "url") continue;
+          // OpenAI's detail picks a resolution tier; M3's processor has one, so only "auto" is honoured.
+          if (it.key() == "detail" && it.value().is_string() && it.value().get<std::string>() == "auto") continue;
+          throw bad_request(at + ".image_url: '" + it.key() + "' is not supported (only url, and detail \"auto\")",
+                            "messages");
+        }
+      } else {
+        throw bad_request(at + ": an image_url part needs 'image_url': {\"url\": \"data:image/...;base64,...\"}",
+                          "messages");
+      }
+      images->push_back({at, url});
+      continue;
+    }
     const char* kind = nullptr;
     for (const char* x : {"image_url", "image", "input_image", "image_pil", "image_embeds"})
       if (t == x) kind = "image";
@@ -210,16 +236,23 @@ void check_content_parts(const ojson& parts, size_t i) {
     for (const char* x : {"file", "input_file"})
       if (t == x) kind = "file";
     if (kind)
-      throw bad_request(at + ": content part type '" + t + "' (" + kind +
-                            " input) is not supported by this server yet; send text parts only",
+      throw bad_request(at + ": content part type '" + t + "' (" + kind + " input) is not supported by this " +
+                            (images && std::string(kind) == "image" ? "server (images: send image_url parts)"
+                                                                    : "server yet; send text parts only"),
                         "messages");
-    throw bad_request(at + ": unknown content part type '" + t + "' (supported: text)", "messages");
+    throw bad_request(at + ": unknown content part type '" + t + "' (supported: text" +
+                          (images ? ", image_url" : "") + ")",
+                      "messages");
   }
 }
 
+// The M3 template's image marker (model.md 8): one per image, expanded after rendering.
+const std::string kImageMarker = "]<]image[>[";
+
 }  // namespace
 
-std::string render_messages(const ojson& body, const ServerContext& ctx, bool default_add_generation_prompt) {
+std::string render_messages(const ojson& body, const ServerContext& ctx, bool default_add_generation_prompt,
+                            std::vector<ImageInput>* images) {
   const ojson* msgs = field(body, "messages");
   if (!msgs) throw bad_request("'messages' is required", "messages");
   if (!msgs->is_array() || msgs->empty()) throw bad_request("'messages' must be a non-empty list", "messages");
@@ -230,7 +263,24 @@ std::string render_messages(const ojson& body, const ServerContext& ctx, bool de
     auto c = m.find("content");
     if (c != m.end() && !(c->is_null() || c->is_string() || c->is_array()))
       throw bad_request("message 'content' must be a string or a list of content parts", "messages");
-    if (c != m.end() && c->is_array()) check_content_parts(*c, i);
+    if (c != m.end() && c->is_array()) check_content_parts(*c, i, ctx, images);
+  }
+  // The template renders a {"type": "image"} part as the image marker (vLLM hands it image parts that way).
+  ojson rewritten;
+  if (images && !images->empty()) {
+    if (int64_t(images->size()) > ctx.media.limit_image)
+      throw bad_request("messages: " + std::to_string(images->size()) + " images in the prompt; this server takes at most " +
+                            std::to_string(ctx.media.limit_image) + " per prompt (--limit-mm-per-prompt {\"image\": " +
+                            std::to_string(ctx.media.limit_image) + "})",
+                        "messages");
+    rewritten = *msgs;
+    for (auto& m : rewritten) {
+      auto c = m.find("content");
+      if (c == m.end() || !c->is_array()) continue;
+      for (auto& p : *c)
+        if (p["type"] == "image_url") p = ojson{{"type", "image"}};
+    }
+    msgs = &rewritten;
   }
   ojson tools = nullptr;
   if (const ojson* t = field(body, "tools")) {
@@ -254,6 +304,65 @@ std::string render_messages(const ojson& body, const ServerContext& ctx, bool de
   } catch (const std::exception& e) {
     throw bad_request(std::string("chat template: ") + e.what(), "messages");
   }
+}
+
+ChatTokens tokenize_chat(const std::string& text, const std::vector<ImageInput>& images, const ServerContext& ctx,
+                         bool embed) {
+  ChatTokens out;
+  auto encode = [&](const std::string& t, bool first) {
+    try {
+      const auto ids = ctx.tok->encode(t, first);
+      out.ids.insert(out.ids.end(), ids.begin(), ids.end());
+    } catch (const std::exception& e) {
+      throw bad_request(std::string("cannot tokenize the prompt: ") + e.what(), "messages");
+    }
+  };
+  if (images.empty()) {
+    encode(text, true);
+    return out;
+  }
+  // The text between markers is tokenized piece by piece: the marker is a special token, which splits
+  // the text the same way before the BPE. Each marker becomes [start] + N x image token + [end]
+  // (model.md 8), N the image's merged patches; start/end only where the tokenizer has them.
+  const VisionConfig& vc = ctx.images->config();
+  const auto start_id = ctx.tok->token_to_id("]<]start of image[>[");
+  const auto end_id = ctx.tok->token_to_id("]<]end of image[>[");
+  size_t pos = 0, k = 0;
+  for (;;) {
+    const size_t at = text.find(kImageMarker, pos);
+    if (at == std::string::npos) break;
+    if (k == images.size())
+      throw bad_request("messages: the prompt holds more image markers (" + kImageMarker + ") than image parts (" +
+                            std::to_string(images.size()) + "); text may not contain the marker",
+                        "messages");
+    encode(text.substr(pos, at - pos), k == 0);
+    const ImageInput& in = images[k];
+    const std::vector<uint8_t> bytes = load_image_bytes(in, ctx.media);
+    EncodedImage e;
+    try {
+      e = ctx.images->encode(bytes.data(), bytes.size(), ctx.media.decode, embed);
+    } catch (const Error& err) {
+      throw bad_request(in.where + ": " + err.what(), "messages");
+    }
+    if (e.tokens <= 0) throw bad_request(in.where + ": the image gives no tokens", "messages");
+    if (start_id) out.ids.push_back(*start_id);
+    MultimodalSpan span;
+    span.offset = int64_t(out.ids.size());
+    span.count = e.tokens;
+    span.hash = e.hash;
+    span.embeds = e.embeds;
+    out.ids.insert(out.ids.end(), size_t(e.tokens), vc.image_token_id);
+    if (end_id) out.ids.push_back(*end_id);
+    if (embed) out.mm.push_back(std::move(span));
+    pos = at + kImageMarker.size();
+    ++k;
+  }
+  if (k != images.size())
+    throw bad_request("messages: the chat template rendered " + std::to_string(k) + " image markers for " +
+                          std::to_string(images.size()) + " image parts (does it render {\"type\": \"image\"} parts?)",
+                      "messages");
+  encode(text.substr(pos), false);
+  return out;
 }
 
 // kv_transfer_params, vLLM's NixlConnector protocol: {"do_remote_decode": true} on the prefill leg
@@ -320,6 +429,10 @@ static void read_kv_transfer_params(const ojson& body, const ServerContext& ctx,
 static void check_kv_single(const ParsedRequest& r) {
   if ((r.kv_hold || r.kv_remote) && (r.prompts.size() != 1 || r.n != 1))
     throw bad_request("kv_transfer_params: a disaggregated request must have one prompt and n = 1", "kv_transfer_params");
+  // The transferred pages are found by their token ids; image embeddings do not travel with them.
+  if ((r.kv_hold || r.kv_remote) && !r.mm.empty())
+    throw bad_request("kv_transfer_params: requests with images are not supported by P/D disaggregation here",
+                      "kv_transfer_params");
 }
 
 ParsedRequest parse_chat_request(const ojson& body, const ServerContext& ctx) {
@@ -380,7 +493,8 @@ ParsedRequest parse_chat_request(const ojson& body, const ServerContext& ctx) {
   const bool parse_tools = has_tools && (choice == "auto" || forced);
   r.choice.parallel_tool_calls = opt_bool(body, "parallel_tool_calls").value_or(true);
 
-  std::string prompt = render_messages(body, ctx, true);
+  std::vector<ImageInput> images;
+  std::string prompt = render_messages(body, ctx, true, &images);
   const bool separate_reasoning = opt_bool(body, "separate_reasoning").value_or(true);
   bool reasoning_start = ctx.reasoning && chat::ReasoningParser::prompt_starts_reasoning(*ctx.reasoning, prompt);
   if (forced && *ctx.tool == chat::ToolFormat::MiniMaxM3) {
@@ -412,11 +526,9 @@ ParsedRequest parse_chat_request(const ojson& body, const ServerContext& ctx) {
     reasoning_start = false;
   }
   r.prompt_texts.push_back(prompt);
-  try {
-    r.prompts.push_back(ctx.tok->encode(prompt, true));
-  } catch (const std::exception& e) {
-    throw bad_request(std::string("cannot tokenize the prompt: ") + e.what(), "messages");
-  }
+  ChatTokens ct = tokenize_chat(prompt, images, ctx, true);
+  r.prompts.push_back(std::move(ct.ids));
+  r.mm = std::move(ct.mm);
   if (ctx.reasoning && separate_reasoning) {
     r.choice.reasoning = ctx.reasoning;
     r.choice.reasoning_start = reasoning_start;

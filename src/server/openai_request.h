@@ -10,6 +10,9 @@
 
 #include "chat/chat_template.h"
 #include "engine/kv_lease.h"
+#include "engine/sequence.h"
+#include "model/image_encoder.h"
+#include "server/image_inputs.h"
 #include "server/choice_state.h"
 #include "structured/request.h"
 
@@ -39,6 +42,9 @@ struct ServerContext {
   int kv_port = 0;
   RemoteKvFetcher* kv_fetcher = nullptr;
   bool kv_fail_on_load_error = false;
+  // Chat images: the model's encoder (null: no tower, or --language-model-only) and the media options.
+  const ImageEncoder* images = nullptr;
+  MediaOptions media;
 };
 
 struct ParsedRequest {
@@ -46,6 +52,7 @@ struct ParsedRequest {
   std::string model;  // the name to report
   std::vector<std::vector<int32_t>> prompts;
   std::vector<std::string> prompt_texts;  // for echo
+  std::vector<MultimodalSpan> mm;         // chat: the images' embeddings in prompts[0]
   SamplingParams params;
   int n = 1;
   bool stream = false, include_usage = false, continuous_usage = false, echo = false;
@@ -74,7 +81,19 @@ ForcedToolPrefix forced_tool_prefix(chat::ToolFormat fmt, const std::string& nam
 ParsedRequest parse_chat_request(const ojson& body, const ServerContext& ctx);
 ParsedRequest parse_completion_request(const ojson& body, const ServerContext& ctx);
 // Renders body.messages (+ tools, chat_template_kwargs, add_generation_prompt) through the template.
-std::string render_messages(const ojson& body, const ServerContext& ctx, bool default_add_generation_prompt);
+// With `images`, image_url parts are collected (in order; --limit-mm-per-prompt checked) and rendered as
+// the template's image marker; without, they are refused by name.
+std::string render_messages(const ojson& body, const ServerContext& ctx, bool default_add_generation_prompt,
+                            std::vector<ImageInput>* images = nullptr);
+// Tokenizes a rendered chat prompt, expanding each image marker into the image's placeholder tokens;
+// embed: run the tower and return the spans (else only the token count is computed, for /tokenize).
+// Bad images are 400s naming the content part.
+struct ChatTokens {
+  std::vector<int32_t> ids;
+  std::vector<MultimodalSpan> mm;
+};
+ChatTokens tokenize_chat(const std::string& text, const std::vector<ImageInput>& images, const ServerContext& ctx,
+                         bool embed);
 // 404 unless body.model is absent or one of the served names; returns the name to report.
 std::string check_model(const ojson& body, const ServerContext& ctx);
 

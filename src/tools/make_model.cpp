@@ -606,8 +606,19 @@ MakeModelStats make_model(const MakeModelOptions& o, const std::string& out_dir)
   if (o.vision_layers > 0) {
     const ojson comp = {{"image_token_compression_method", "patch_merge"}, {"spatial_merge_size", 2},
                         {"temporal_patch_size", 2}};
-    cfg["image_token_index"] = 200025;
-    cfg["video_token_index"] = 200026;
+    // The real placeholder ids when the vocabulary reaches them. A small vocabulary has no image tokens,
+    // so two specials no chat template renders (the M2 role markers ]!p~[ and ]!d~[) stand in: the
+    // server puts image embeddings at those positions, and the template's own text never holds them.
+    int image_id = 200025, video_id = 200026;
+    if (V <= 200026) {
+      const auto tj = nlohmann::json::parse(tok.tokenizer_json);
+      for (const auto& a : tj["added_tokens"]) {
+        if (a["content"] == "]!p~[") image_id = a["id"].get<int>();
+        if (a["content"] == "]!d~[") video_id = a["id"].get<int>();
+      }
+    }
+    cfg["image_token_index"] = image_id;
+    cfg["video_token_index"] = video_id;
     cfg["projector_hidden_size"] = H;
     cfg["projector_hidden_act"] = "gelu";
     cfg["multimodal_projector_bias"] = true;

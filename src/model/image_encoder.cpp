@@ -1,0 +1,62 @@
+// ImageEncoder: decode -> preprocess -> vision tower for one request image.
+#include "model/image_encoder.h"
+
+#include <fstream>
+#include <iterator>
+
+#include "base/error.h"
+#include "formats/safetensors.h"
+#include "model/vision_tower.h"
+#include "vision/image_decode.h"
+
+namespace m3 {
+
+uint64_t hash_bytes(const uint8_t* data, size_t n) {
+  uint64_t h = 1469598103934665603ull;
+  for (size_t i = 0; i < n; ++i) h = (h ^ data[i]) * 1099511628211ull;
+  return h;
+}
+
+ImageEncoder::ImageEncoder(const std::string& dir, int text_hidden) {
+  std::ifstream f(dir + "/config.json");
+  if (!f) throw Error(dir + "/config.json: cannot open");
+  const std::string text((std::istreambuf_iterator<char>(f)), {});
+  cfg_ = VisionConfig::from_json_text(text, dir + "/config.json", text_hidden);
+  if (!cfg_.present) throw Error(dir + "/config.json: no vision_config (this checkpoint has no vision tower)");
+  pc_.patch_size = cfg_.patch_size;
+  pc_.merge_size = cfg_.spatial_merge_size;
+  pc_.temporal_patch_size = cfg_.temporal_patch_size;
+  store_ = std::make_unique<TensorStore>(dir);
+  tower_ = std::make_unique<VisionTower>(cfg_, *store_);
+}
+
+ImageEncoder::~ImageEncoder() = default;
+
+EncodedImage ImageEncoder::encode(const uint8_t* data, size_t n, const vision::DecodeLimits& limits, bool embed) const {
+  EncodedImage e;
+  e.hash = hash_bytes(data, n);
+  const vision::RgbImage im = vision::decode_image(data, n, limits);
+  e.width = im.width;
+  e.height = im.height;
+  if (!embed) {
+    // Only the count: the resized grid, without resampling or running the tower.
+    const vision::ResizedSize rs = vision::smart_resize(im.height, im.width, pc_);
+    const int64_t gh = rs.height / pc_.patch_size, gw = rs.width / pc_.patch_size;
+    e.tokens = gh * gw / (int64_t(pc_.merge_size) * pc_.merge_size);
+    return e;
+  }
+  const vision::PatchTensor pt = vision::preprocess_image(im, pc_);
+  e.tokens = pt.num_merged(pc_.merge_size);
+  std::vector<float> out;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    out = tower_->forward(pt.values.data(), {VisionGrid{pt.grid_t, pt.grid_h, pt.grid_w}});
+  }
+  if (int64_t(out.size()) != e.tokens * cfg_.text_hidden)
+    throw Error("vision tower: " + std::to_string(out.size()) + " values for " + std::to_string(e.tokens) +
+                " tokens of width " + std::to_string(cfg_.text_hidden));
+  e.embeds = std::make_shared<const std::vector<float>>(std::move(out));
+  return e;
+}
+
+}  // namespace m3

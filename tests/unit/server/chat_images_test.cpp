@@ -1,0 +1,158 @@
+// The chat image path without HTTP (server/openai_request.h tokenize_chat): on a make-model tiny m31
+// checkpoint with its random tower, two PNG parts of different sizes are rendered through the M3
+// template, each marker becomes exactly grid_h * grid_w / 4 image tokens, the spans sit on those tokens
+// in order, their embeddings are the tower's for that image alone, the count-only path (/tokenize)
+// gives the same ids, and the span hashes follow the image bytes.
+#include <gtest/gtest.h>
+#include <zlib.h>
+
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#include "chat/chat_template.h"
+#include "formats/safetensors.h"
+#include "model/config.h"
+#include "model/image_encoder.h"
+#include "model/vision_tower.h"
+#include "server/errors.h"
+#include "server/openai_request.h"
+#include "test_tmp.h"
+#include "tokenizer/tokenizer.h"
+#include "tools/make_model.h"
+#include "vision/image_decode.h"
+
+using namespace m3;
+using ojson = nlohmann::ordered_json;
+
+namespace {
+
+std::string slurp(const std::string& p) {
+  std::ifstream f(p, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(f), {});
+}
+
+// A minimal RGB PNG (filter 0 rows, zlib from Debian's zlib) with a deterministic pattern.
+std::vector<uint8_t> make_png(int w, int h, int seed) {
+  std::vector<uint8_t> raw;
+  for (int y = 0; y < h; ++y) {
+    raw.push_back(0);
+    for (int x = 0; x < w; ++x)
+      for (int c = 0; c < 3; ++c) raw.push_back(uint8_t((x * 7 + y * 13 + c * 29) * (seed + 1) + seed * 31));
+  }
+  uLongf zn = compressBound(uLong(raw.size()));
+  std::vector<uint8_t> z(zn);
+  EXPECT_EQ(compress2(z.data(), &zn, raw.data(), uLong(raw.size()), 6), Z_OK);
+  z.resize(zn);
+  std::vector<uint8_t> png = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
+  auto be32 = [](std::vector<uint8_t>& v, uint32_t x) {
+    for (int s = 24; s >= 0; s -= 8) v.push_back(uint8_t(x >> s));
+  };
+  auto chunk = [&](const char* type, const std::vector<uint8_t>& data) {
+    be32(png, uint32_t(data.size()));
+    std::vector<uint8_t> td(type, type + 4);
+    td.insert(td.end(), data.begin(), data.end());
+    png.insert(png.end(), td.begin(), td.end());
+    be32(png, uint32_t(crc32(0, td.data(), uInt(td.size()))));
+  };
+  std::vector<uint8_t> ihdr;
+  be32(ihdr, uint32_t(w));
+  be32(ihdr, uint32_t(h));
+  ihdr.insert(ihdr.end(), {8, 2, 0, 0, 0});
+  chunk("IHDR", ihdr);
+  chunk("IDAT", z);
+  chunk("IEND", {});
+  return png;
+}
+
+std::string data_url(const std::vector<uint8_t>& b) {
+  static const char* k = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string s = "data:image/png;base64,";
+  for (size_t i = 0; i < b.size(); i += 3) {
+    const uint32_t v = uint32_t(b[i]) << 16 | (i + 1 < b.size() ? uint32_t(b[i + 1]) << 8 : 0) |
+                       (i + 2 < b.size() ? uint32_t(b[i + 2]) : 0);
+    s += k[v >> 18 & 63];
+    s += k[v >> 12 & 63];
+    s += i + 1 < b.size() ? k[v >> 6 & 63] : '=';
+    s += i + 2 < b.size() ? k[v & 63] : '=';
+  }
+  return s;
+}
+
+ojson image_part(const std::vector<uint8_t>& png) {
+  return {{"type", "image_url"}, {"image_url", {{"url", data_url(png)}}}};
+}
+
+}  // namespace
+
+TEST(ChatImages, MarkersExpandToTheTowersEmbeddings) {
+  const std::string dir = m3test::test_tmp_dir() + "/chat_images";
+  MakeModelOptions o = make_model_preset("tiny", ModelLayout::M31);
+  o.seed = 5;
+  make_model(o, dir);
+  const ModelConfig mc = ModelConfig::from_dir(dir);
+  const ImageEncoder enc(dir, mc.hidden);
+  const Tokenizer tok = Tokenizer::from_dir(dir);
+  server::ServerContext ctx;
+  ctx.served_names = {"tiny"};
+  ctx.tok = &tok;
+  ctx.vocab = mc.vocab;
+  ctx.max_model_len = 4096;
+  ctx.images = &enc;
+  ctx.chat_template = std::make_shared<chat::ChatTemplate>(slurp(std::string(M3_TEST_DATA) + "/chat/MiniMax-M3.jinja"));
+
+  // 112 x 56 -> grid 4 x 8 -> 8 tokens; 84 x 84 -> grid 6 x 6 -> 9 tokens.
+  const auto a = make_png(112, 56, 1), b = make_png(84, 84, 2);
+  ojson body = {{"messages", ojson::array({{{"role", "user"},
+                                            {"content", ojson::array({image_part(a),
+                                                                      {{"type", "text"}, {"text", "and"}},
+                                                                      image_part(b)})}}})}};
+  std::vector<server::ImageInput> images;
+  const std::string text = server::render_messages(body, ctx, true, &images);
+  ASSERT_EQ(images.size(), 2u);
+  EXPECT_EQ(images[0].where, "messages[0].content[0]");
+  EXPECT_EQ(images[1].where, "messages[0].content[2]");
+  const server::ChatTokens ct = server::tokenize_chat(text, images, ctx, true);
+  ASSERT_EQ(ct.mm.size(), 2u);
+  EXPECT_EQ(ct.mm[0].count, 8);
+  EXPECT_EQ(ct.mm[1].count, 9);
+  EXPECT_LT(ct.mm[0].offset + ct.mm[0].count, ct.mm[1].offset);
+  const int32_t img = enc.config().image_token_id;
+  int64_t n_img = 0;
+  for (int32_t id : ct.ids) n_img += id == img;
+  EXPECT_EQ(n_img, 17);
+  for (const auto& s : ct.mm)
+    for (int64_t i = s.offset; i < s.offset + s.count; ++i) EXPECT_EQ(ct.ids[size_t(i)], img);
+
+  // Each span holds the tower's output for its image alone.
+  const VisionConfig vc = VisionConfig::from_json_text(slurp(dir + "/config.json"), dir, mc.hidden);
+  TensorStore store(dir);
+  const VisionTower tower(vc, store);
+  vision::ProcessorConfig pc;
+  for (int k = 0; k < 2; ++k) {
+    const auto& png = k == 0 ? a : b;
+    const auto pt = vision::preprocess_image(vision::decode_image(png.data(), png.size()), pc);
+    const auto want = tower.forward(pt.values.data(), {VisionGrid{pt.grid_t, pt.grid_h, pt.grid_w}});
+    ASSERT_TRUE(ct.mm[k].embeds);
+    EXPECT_EQ(*ct.mm[k].embeds, want) << "image " << k;
+    EXPECT_EQ(ct.mm[k].hash, hash_bytes(png.data(), png.size()));
+  }
+  EXPECT_NE(ct.mm[0].hash, ct.mm[1].hash);
+
+  // /tokenize's count-only path: the same ids, no spans.
+  const server::ChatTokens counted = server::tokenize_chat(text, images, ctx, false);
+  EXPECT_EQ(counted.ids, ct.ids);
+  EXPECT_TRUE(counted.mm.empty());
+
+  // Over the limit: a 400 naming both numbers, before anything is decoded.
+  ctx.media.limit_image = 1;
+  images.clear();
+  try {
+    server::render_messages(body, ctx, true, &images);
+    ADD_FAILURE() << "two images accepted with a limit of 1";
+  } catch (const server::ApiError& e) {
+    EXPECT_EQ(e.status, 400);
+    EXPECT_NE(std::string(e.what()).find("2 images in the prompt; this server takes at most 1"), std::string::npos);
+  }
+}
