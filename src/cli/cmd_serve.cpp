@@ -22,6 +22,7 @@
 #include "store/redis_kv_tier.h"
 #include "base/error.h"
 #include "model/image_encoder.h"
+#include "vision/processor_options.h"
 #include "model/model.h"
 #include "model/vision_config.h"
 #include "server/http_server.h"
@@ -52,7 +53,7 @@ struct ServeOpts {
   server::HttpOptions http;  // connection, admission and per-request limits (defaults in http_server.h)
   EngineFlags engine;
   // Accepted, not applicable on this build (GPU, multi-node, disaggregation).
-  std::string compilation_config, quant_moe, kv_transfer_config, limit_mm, moe_backend,
+  std::string compilation_config, quant_moe, kv_transfer_config, limit_mm, mm_processor_kwargs, moe_backend,
       kernel_config, kv_events_config, load_format, dp_address;
   std::vector<int> numa_bind_nodes;  // vLLM: one NUMA node per rank
   int tp = 1, dp = 1, dp_local = 0, dp_start_rank = 0, dp_rpc_port = 0, max_cudagraph = 0;
@@ -185,6 +186,10 @@ void run_serve(ServeOpts& o, CLI::App* sub) {
   if (!o.tool_call_parser.empty()) ctx.tool = chat::tool_format_from_name(o.tool_call_parser);
   ctx.enable_auto_tool_choice = o.enable_auto_tool_choice;
   server::parse_limit_mm(o.limit_mm, ctx.media);  // flag errors before the model loads
+  {
+    vision::ProcessorConfig check;
+    vision::apply_mm_processor_kwargs(o.mm_processor_kwargs, check);
+  }
   ctx.media.language_model_only = o.language_model_only;
   if (!o.allowed_local_media_path.empty()) {
     if (!fs::is_directory(o.allowed_local_media_path))
@@ -205,14 +210,15 @@ void run_serve(ServeOpts& o, CLI::App* sub) {
   if (!o.language_model_only &&
       VisionConfig::from_json_text(read_file(fs::path(dir) / "config.json"), dir + "/config.json", model.config().hidden)
           .present) {
-    image_encoder = std::make_unique<ImageEncoder>(dir, int(model.config().hidden));
+    image_encoder = std::make_unique<ImageEncoder>(dir, int(model.config().hidden), o.mm_processor_kwargs);
     const VisionConfig& vc = image_encoder->config();
     if (vc.image_token_id < 0 || vc.image_token_id >= model.config().vocab)
       throw Error(dir + "/config.json: image_token_index " + std::to_string(vc.image_token_id) +
                   " is outside the vocabulary (" + std::to_string(model.config().vocab) + ")");
     ctx.images = image_encoder.get();
-    std::fprintf(stderr, "[m3serve] vision tower: %d layers, hidden %d; at most %lld image(s) per prompt\n", vc.layers,
-                 vc.hidden, (long long)ctx.media.limit_image);
+    std::fprintf(stderr, "[m3serve] vision tower: %d layers, hidden %d; at most %lld image(s) per prompt; %lld-%lld pixels\n",
+                 vc.layers, vc.hidden, (long long)ctx.media.limit_image, (long long)image_encoder->processor().min_pixels,
+                 (long long)image_encoder->processor().max_pixels);
   } else if (o.language_model_only) {
     std::fprintf(stderr, "[m3serve] --language-model-only: vision tower not loaded; image parts are refused\n");
   }
@@ -492,6 +498,8 @@ void register_serve(CLI::App& app) {
   sub->add_flag("--kv-cache-metrics", o->kv_cache_metrics, "Not applicable");
   sub->add_option("--limit-mm-per-prompt", o->limit_mm,
                   "Images per chat prompt, vLLM's JSON '{\"image\": N}' (default 999); video and audio only as 0");
+  sub->add_option("--mm-processor-kwargs", o->mm_processor_kwargs,
+                  "Image processor options as JSON: '{\"min_pixels\": N, \"max_pixels\": M}' (other keys refused)");
   sub->add_option("--allowed-local-media-path", o->allowed_local_media_path,
                   "Folder whose files chat image parts may name as file:// URLs (default: file:// refused)");
   sub->add_flag("--trust-remote-code", o->trust_remote_code, "Accepted (no remote code is ever run)");

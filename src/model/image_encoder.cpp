@@ -8,6 +8,7 @@
 #include "formats/safetensors.h"
 #include "model/vision_tower.h"
 #include "vision/image_decode.h"
+#include "vision/processor_options.h"
 
 namespace m3 {
 
@@ -17,7 +18,7 @@ uint64_t hash_bytes(const uint8_t* data, size_t n) {
   return h;
 }
 
-ImageEncoder::ImageEncoder(const std::string& dir, int text_hidden) {
+ImageEncoder::ImageEncoder(const std::string& dir, int text_hidden, const std::string& mm_processor_kwargs) {
   std::ifstream f(dir + "/config.json");
   if (!f) throw Error(dir + "/config.json: cannot open");
   const std::string text((std::istreambuf_iterator<char>(f)), {});
@@ -26,6 +27,11 @@ ImageEncoder::ImageEncoder(const std::string& dir, int text_hidden) {
   pc_.patch_size = cfg_.patch_size;
   pc_.merge_size = cfg_.spatial_merge_size;
   pc_.temporal_patch_size = cfg_.temporal_patch_size;
+  // The released processor's sizes where the checkpoint ships them; the spec's defaults otherwise.
+  if (std::ifstream pf(dir + "/preprocessor_config.json"); pf)
+    vision::apply_preprocessor_config(std::string((std::istreambuf_iterator<char>(pf)), {}),
+                                      dir + "/preprocessor_config.json", pc_);
+  vision::apply_mm_processor_kwargs(mm_processor_kwargs, pc_);
   store_ = std::make_unique<TensorStore>(dir);
   tower_ = std::make_unique<VisionTower>(cfg_, *store_);
 }

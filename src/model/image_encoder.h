@@ -28,8 +28,10 @@ struct EncodedImage {
 class ImageEncoder {
  public:
   // Loads the tower of the checkpoint in `dir` (config.json's vision_config); throws m3::Error when the
-  // checkpoint has none.
-  ImageEncoder(const std::string& dir, int text_hidden);
+  // checkpoint has none. The processor takes preprocessor_config.json when the checkpoint has one, then
+  // `mm_processor_kwargs` (--mm-processor-kwargs JSON; empty: none).
+  ImageEncoder(const std::string& dir, int text_hidden, const std::string& mm_processor_kwargs = "");
+  const vision::ProcessorConfig& processor() const { return pc_; }
   ~ImageEncoder();
 
   const VisionConfig& config() const { return cfg_; }

@@ -187,6 +187,22 @@ kill -0 $PID || fail "the server died on a bad image"
 req /v1/chat/completions "$TMP/a.json"; [ "$STATUS" = 200 ] || fail "chat after the bad images: $STATUS"
 kill -TERM $PID; wait $PID || fail "server exit status $?"
 
+# --mm-processor-kwargs: max_pixels 224 x 224 takes the 448 x 448 image down to 16 x 16 patches, 64 tokens;
+# a key the processor does not have is refused at start, by name.
+if "$BIN" serve "$TMP/model" --port 0 --mm-processor-kwargs '{"fps": 2}' 2>"$TMP/kw.err"; then
+  fail "--mm-processor-kwargs fps accepted"; fi
+grep -q "mm-processor-kwargs: 'fps' is not supported" "$TMP/kw.err" || fail "fps not refused by name: $(cat "$TMP/kw.err")"
+"$BIN" serve "$TMP/model" --host 127.0.0.1 --port 0 --max-model-len 4000 --kv-cache-memory 0.05 \
+  --mm-processor-kwargs '{"max_pixels": 50176}' >"$TMP/server.log" 2>&1 &
+PID=$!
+wait_server_health "$TMP/server.log" $PID
+grep -q 'pixels' "$TMP/server.log" && grep -q -- '-50176 pixels' "$TMP/server.log" || fail "max_pixels not applied: $(cat "$TMP/server.log")"
+req /tokenize "$TMP/a.json"
+[ "$STATUS" = 200 ] || fail "tokenize under max_pixels: $STATUS $BODY"
+SMALL=$(echo "$BODY" | sed -n 's/.*"count":\([0-9]*\).*/\1/p')
+[ $((COUNT - SMALL)) = $((256 - 64)) ] || fail "max_pixels 50176: $SMALL tokens against $COUNT at the default, expected 192 fewer"
+kill -TERM $PID; wait $PID || fail "server exit status $?"
+
 # --language-model-only: the tower is not loaded, image parts are refused by name.
 "$BIN" serve "$TMP/model" --host 127.0.0.1 --port 0 --max-model-len 4000 --kv-cache-memory 0.05 \
   --language-model-only >"$TMP/server.log" 2>&1 &
