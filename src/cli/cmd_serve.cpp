@@ -62,6 +62,7 @@ struct ServeOpts {
   bool enable_dbo = false, disable_hybrid = false, expert_parallel = false, numa_bind = false, enforce_eager = false,
        dp_hybrid_lb = false, kv_cache_metrics = false, trust_remote_code = false, log_requests = false,
        no_log_requests = false, language_model_only = false;
+  double mm_processor_cache_gb = 4.0;
   std::string allowed_local_media_path;
 };
 
@@ -211,6 +212,7 @@ void run_serve(ServeOpts& o, CLI::App* sub) {
       VisionConfig::from_json_text(read_file(fs::path(dir) / "config.json"), dir + "/config.json", model.config().hidden)
           .present) {
     image_encoder = std::make_unique<ImageEncoder>(dir, int(model.config().hidden), o.mm_processor_kwargs);
+    image_encoder->set_cache_bytes(size_t(o.mm_processor_cache_gb * double(size_t(1) << 30)));
     const VisionConfig& vc = image_encoder->config();
     if (vc.image_token_id < 0 || vc.image_token_id >= model.config().vocab)
       throw Error(dir + "/config.json: image_token_index " + std::to_string(vc.image_token_id) +
@@ -500,6 +502,10 @@ void register_serve(CLI::App& app) {
                   "Images per chat prompt, vLLM's JSON '{\"image\": N}' (default 999); video and audio only as 0");
   sub->add_option("--mm-processor-kwargs", o->mm_processor_kwargs,
                   "Image processor options as JSON: '{\"min_pixels\": N, \"max_pixels\": M}' (other keys refused)");
+  sub->add_option("--mm-processor-cache-gb", o->mm_processor_cache_gb,
+                  "GiB of encoded images kept by content, so a resent image skips decoding and the vision tower "
+                  "(default 4; 0: no cache)")
+      ->check(CLI::Range(0.0, 1024.0));
   sub->add_option("--allowed-local-media-path", o->allowed_local_media_path,
                   "Folder whose files chat image parts may name as file:// URLs (default: file:// refused)");
   sub->add_flag("--trust-remote-code", o->trust_remote_code, "Accepted (no remote code is ever run)");

@@ -38,9 +38,51 @@ ImageEncoder::ImageEncoder(const std::string& dir, int text_hidden, const std::s
 
 ImageEncoder::~ImageEncoder() = default;
 
+void ImageEncoder::evict_to(size_t bytes) const {  // cache_mu_ held
+  while (cache_bytes_ > bytes && !lru_.empty()) {
+    auto it = cache_.find(lru_.back());
+    cache_bytes_ -= it->second.image.embeds->size() * sizeof(float);
+    cache_.erase(it);
+    lru_.pop_back();
+  }
+}
+
+void ImageEncoder::set_cache_bytes(size_t bytes) {
+  std::lock_guard<std::mutex> lk(cache_mu_);
+  cache_limit_ = bytes;
+  evict_to(cache_limit_);
+}
+
+int64_t ImageEncoder::cache_hits() const {
+  std::lock_guard<std::mutex> lk(cache_mu_);
+  return cache_hits_;
+}
+
+bool ImageEncoder::cached(const CacheKey& k, EncodedImage* out) const {
+  std::lock_guard<std::mutex> lk(cache_mu_);
+  auto it = cache_.find(k);
+  if (it == cache_.end()) return false;
+  lru_.splice(lru_.begin(), lru_, it->second.lru);
+  ++cache_hits_;
+  *out = it->second.image;
+  return true;
+}
+
+void ImageEncoder::remember(const CacheKey& k, const EncodedImage& e) const {
+  const size_t bytes = e.embeds->size() * sizeof(float);
+  std::lock_guard<std::mutex> lk(cache_mu_);
+  if (bytes > cache_limit_ || cache_.count(k)) return;
+  evict_to(cache_limit_ - bytes);
+  lru_.push_front(k);
+  cache_.emplace(k, CacheEntry{e, lru_.begin()});
+  cache_bytes_ += bytes;
+}
+
 EncodedImage ImageEncoder::encode(const uint8_t* data, size_t n, const vision::DecodeLimits& limits, bool embed) const {
   EncodedImage e;
   e.hash = hash_bytes(data, n);
+  const CacheKey key{e.hash, n};
+  if (cached(key, &e)) return e;  // embedded before: its count and embeddings (a count-only caller ignores them)
   const vision::RgbImage im = vision::decode_image(data, n, limits);
   e.width = im.width;
   e.height = im.height;
@@ -62,6 +104,7 @@ EncodedImage ImageEncoder::encode(const uint8_t* data, size_t n, const vision::D
     throw Error("vision tower: " + std::to_string(out.size()) + " values for " + std::to_string(e.tokens) +
                 " tokens of width " + std::to_string(cfg_.text_hidden));
   e.embeds = std::make_shared<const std::vector<float>>(std::move(out));
+  remember(key, e);
   return e;
 }
 

@@ -4,6 +4,8 @@
 // kernels and weights out of the server; the engine only ever sees the resulting embeddings.
 #pragma once
 #include <cstdint>
+#include <list>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -31,6 +33,11 @@ class ImageEncoder {
   // checkpoint has none. The processor takes preprocessor_config.json when the checkpoint has one, then
   // `mm_processor_kwargs` (--mm-processor-kwargs JSON; empty: none).
   ImageEncoder(const std::string& dir, int text_hidden, const std::string& mm_processor_kwargs = "");
+  // Encoded images are kept by content (hash and length of the bytes), least recently used dropped
+  // first, up to `bytes` of embeddings (vLLM's --mm-processor-cache-gb; 0: no cache), so an image sent
+  // again (every turn of a conversation resends it) skips decoding and the tower.
+  void set_cache_bytes(size_t bytes);
+  int64_t cache_hits() const;
   const vision::ProcessorConfig& processor() const { return pc_; }
   ~ImageEncoder();
 
@@ -45,6 +52,21 @@ class ImageEncoder {
   std::unique_ptr<TensorStore> store_;
   std::unique_ptr<VisionTower> tower_;
   mutable std::mutex mu_;
+
+  using CacheKey = std::pair<uint64_t, size_t>;
+  struct CacheEntry {
+    EncodedImage image;
+    std::list<CacheKey>::iterator lru;
+  };
+  mutable std::mutex cache_mu_;
+  mutable std::list<CacheKey> lru_;  // most recent first
+  mutable std::map<CacheKey, CacheEntry> cache_;
+  size_t cache_limit_ = size_t(4) << 30;
+  mutable size_t cache_bytes_ = 0;
+  mutable int64_t cache_hits_ = 0;
+  bool cached(const CacheKey& k, EncodedImage* out) const;
+  void remember(const CacheKey& k, const EncodedImage& e) const;
+  void evict_to(size_t bytes) const;
 };
 
 // FNV-1a 64 of the bytes.

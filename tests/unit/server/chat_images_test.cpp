@@ -145,6 +145,29 @@ TEST(ChatImages, MarkersExpandToTheTowersEmbeddings) {
   EXPECT_EQ(counted.ids, ct.ids);
   EXPECT_TRUE(counted.mm.empty());
 
+  // The same bytes again come from the encoder's cache (the tower does not run: the very same
+  // embeddings), and the cache's byte bound holds.
+  const int64_t hits0 = enc.cache_hits();
+  const server::ChatTokens again = server::tokenize_chat(text, images, ctx, true);
+  EXPECT_EQ(enc.cache_hits(), hits0 + 2);
+  ASSERT_EQ(again.mm.size(), 2u);
+  EXPECT_EQ(again.mm[0].embeds.get(), ct.mm[0].embeds.get());
+  EXPECT_EQ(again.ids, ct.ids);
+  ImageEncoder small(dir, mc.hidden);
+  small.set_cache_bytes(ct.mm[1].embeds->size() * sizeof(float));  // room for one of the two
+  const auto e1 = small.encode(a.data(), a.size(), {}, true);
+  const auto e2 = small.encode(b.data(), b.size(), {}, true);  // evicts a
+  EXPECT_EQ(small.cache_hits(), 0);
+  EXPECT_EQ(small.encode(b.data(), b.size(), {}, true).embeds.get(), e2.embeds.get());
+  EXPECT_EQ(small.cache_hits(), 1);
+  const auto e1b = small.encode(a.data(), a.size(), {}, true);  // recomputed: equal values, a new buffer
+  EXPECT_EQ(small.cache_hits(), 1);
+  EXPECT_NE(e1b.embeds.get(), e1.embeds.get());
+  EXPECT_EQ(*e1b.embeds, *e1.embeds);
+  small.set_cache_bytes(0);
+  EXPECT_NE(small.encode(a.data(), a.size(), {}, true).embeds.get(), e1b.embeds.get());
+  EXPECT_EQ(small.cache_hits(), 1);
+
   // Over the limit: a 400 naming both numbers, before anything is decoded.
   ctx.media.limit_image = 1;
   images.clear();
