@@ -2,6 +2,7 @@
 #include "model/image_encoder.h"
 
 #include <fstream>
+#include <openssl/evp.h>
 #include <iterator>
 
 #include "base/error.h"
@@ -13,8 +14,13 @@
 namespace m3 {
 
 uint64_t hash_bytes(const uint8_t* data, size_t n) {
-  uint64_t h = 1469598103934665603ull;
-  for (size_t i = 0; i < n; ++i) h = (h ^ data[i]) * 1099511628211ull;
+  // SHA-256, not a fast non-cryptographic hash: this value keys the encoder cache and salts the prefix
+  // cache's page hashes, so a client must not be able to craft an image that lands on another's.
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  if (EVP_Digest(data, n, md, &len, EVP_sha256(), nullptr) != 1 || len < 8) throw Error("OpenSSL: SHA-256 failed");
+  uint64_t h = 0;
+  for (int i = 0; i < 8; ++i) h = h << 8 | md[i];
   return h;
 }
 

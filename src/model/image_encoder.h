@@ -69,7 +69,7 @@ class ImageEncoder {
   void evict_to(size_t bytes) const;
 };
 
-// FNV-1a 64 of the bytes.
+// The first 64 bits of the bytes' SHA-256 (cache key and prefix-cache salt: not forgeable by a client).
 uint64_t hash_bytes(const uint8_t* data, size_t n);
 
 }  // namespace m3
