@@ -6,6 +6,7 @@
 #include "test_tmp.h"
 #include "tiny_model_options.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <map>
 #include <random>
@@ -67,6 +68,37 @@ inline std::vector<int32_t> random_tokens(std::mt19937& rng, size_t n, int vocab
   std::vector<int32_t> t(n);
   for (auto& x : t) x = int32_t(rng() % uint32_t(vocab));
   return t;
+}
+
+// Sampling tests against an exact law: `exact` maps each possible output sequence to its probability.
+// Runs n seeded copies of `prompt` (seed i * 7919 + seed_offset, 500 at a time) through `e` and counts
+// the outputs per cell of `exact`; counts has one more cell at the end for outputs outside the support.
+struct SampledCells {
+  std::vector<double> p;       // the cells' probabilities, in `exact`'s order
+  std::vector<int64_t> counts; // p.size() + 1
+};
+inline SampledCells sample_cells(m3::Engine& e, const std::vector<int32_t>& prompt, const m3::SamplingParams& sp,
+                                 const std::map<std::vector<int32_t>, double>& exact, int n, uint64_t seed_offset) {
+  SampledCells out;
+  std::map<std::vector<int32_t>, size_t> cell;
+  for (const auto& [k, v] : exact) {
+    cell[k] = out.p.size();
+    out.p.push_back(v);
+  }
+  out.counts.assign(out.p.size() + 1, 0);
+  for (int base = 0; base < n; base += 500) {
+    for (int i = base; i < std::min(n, base + 500); ++i) {
+      m3::SamplingParams q = sp;
+      q.has_seed = true;
+      q.seed = uint64_t(i) * 7919u + seed_offset;
+      e.add_request("s" + std::to_string(i), prompt, q);
+    }
+    for (const auto& [id, f] : drain(e)) {
+      auto it = cell.find(f.tokens);
+      ++out.counts[it == cell.end() ? out.p.size() : it->second];
+    }
+  }
+  return out;
 }
 
 }  // namespace m3test

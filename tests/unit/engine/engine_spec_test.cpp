@@ -267,32 +267,13 @@ void check_lossless(const char* rejection, const m3::StepCostModel* cost = nullp
   };
   walk({}, 1.0);
   ASSERT_LE(exact.size(), 81u);
-  std::map<std::vector<int32_t>, size_t> cell;
-  std::vector<double> p;
-  for (const auto& [k, v] : exact) {
-    cell[k] = p.size();
-    p.push_back(v);
-  }
-  std::vector<int64_t> counts(p.size() + 1, 0);  // last: outside the support
   EngineConfig c = spec_config(3, rejection);
   c.kv_cache_dtype = "fp32";
   c.indexer_kv_dtype = "fp32";
   c.max_num_batched_tokens = 4096;
   Engine e(demo(), &demo_tok(), c);
   if (cost) e.set_step_cost_model(cost);
-  const int N = 1500;
-  for (int base = 0; base < N; base += 500) {
-    for (int i = base; i < base + 500; ++i) {
-      SamplingParams q = sp;
-      q.has_seed = true;
-      q.seed = uint64_t(i) * 7919u + 17u;
-      e.add_request("s" + std::to_string(i), prompt, q);
-    }
-    for (const auto& [id, f] : m3test::drain(e)) {
-      auto it = cell.find(f.tokens);
-      ++counts[it == cell.end() ? p.size() : it->second];
-    }
-  }
+  auto [p, counts] = m3test::sample_cells(e, prompt, sp, exact, 1500, 17u);
   const auto st = e.stats();
   EXPECT_GT(st.spec_accepted_tokens, 0);
   EXPECT_EQ(counts.back(), 0) << "samples outside the exact support";
