@@ -4,6 +4,7 @@
 // whatever the pool holds (the fetcher does not verify; the engine's import does), so this times the
 // handshake, the lease check, the export (copy + checksum) and the wire.
 // Usage: transfer_bench MODEL PAGES REPS
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -49,22 +50,32 @@ int main(int argc, char** argv) {
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     std::printf("export alone: %.1f ms, %.2f GB/s\n", s * 1e3, double(pages) * double(e.kv_page_blob_bytes()) / s / 1e9);
   }
-  for (int r = 0; r < reps; ++r) {
+  std::vector<double> gbs[2];
+  for (int r = 0; r < 2 * reps; ++r) {
+    const int mode = r % 2;  // 0 rma, 1 stream: side by side in one run
+    f.set_mode(mode == 0 ? m3::transfer::ReadMode::Rma : m3::transfer::ReadMode::Stream);
     m3::RemoteKvRef ref;
     ref.engine_id = "bench";
     ref.host = "127.0.0.1";
     ref.port = srv.port();
     ref.block_ids = ids;
     ref.request_id = e.kv_leases()->grant(ids, m3::transfer_chain(tokens, e.block_size()), std::chrono::steady_clock::now());
-    std::vector<std::string> blobs;
+    m3::RemotePrefill got;
     const auto t0 = std::chrono::steady_clock::now();
-    const m3::FetchResult res = f.fetch(ref, blobs);
+    const m3::FetchResult res = f.fetch(ref, got);
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (res.status != m3::FetchStatus::Ok) {
-      std::fprintf(stderr, "pull failed: %s\n", res.why.c_str());
+      std::fprintf(stderr, "pull failed (%s): %s\n", mode ? "stream" : "rma", res.why.c_str());
       return 1;
     }
-    std::printf("pull %d: %.1f ms, %.2f GB/s\n", r + 1, s * 1e3, double(pages) * double(e.kv_page_blob_bytes()) / s / 1e9);
+    gbs[mode].push_back(double(pages) * double(e.kv_page_blob_bytes()) / s / 1e9);
+    std::printf("pull %d %-6s: %.1f ms, %.2f GB/s\n", r / 2 + 1, mode ? "stream" : "rma", s * 1e3, gbs[mode].back());
+  }
+  for (int m = 0; m < 2; ++m) {
+    std::vector<double> v = gbs[m];
+    std::sort(v.begin(), v.end());
+    std::printf("%-6s GB/s: median %.2f, min %.2f, max %.2f over %zu pulls\n", m ? "stream" : "rma", v[v.size() / 2],
+                v.front(), v.back(), v.size());
   }
   return 0;
 }

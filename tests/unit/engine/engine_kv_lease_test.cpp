@@ -62,7 +62,8 @@ std::shared_ptr<m3::RemotePrefill> prefill(m3::Engine& p, const std::vector<int3
   for (size_t i = 0; i < chain.size(); ++i) {
     std::string blob;
     p.export_leased_page(lease->block_ids[i], chain[i], blob);
-    rp->blobs.push_back(std::move(blob));
+    rp->page_bytes = blob.size();
+    rp->data += blob;
   }
   p.kv_leases()->end_read(lease->request_id, true, 0);
   return rp;
@@ -139,7 +140,7 @@ TEST(EngineKvLease, PagesVerifiedOffTheEngineThreadAndACorruptedOneRecomputed) {
   p.enable_kv_leases(std::chrono::seconds(60));
   m3::KvLeaseInfo info;
   auto rp = prefill(p, prompt, &info);
-  rp->blobs[1][rp->blobs[1].size() - 3] ^= 0x40;  // one bit of page 1's payload flipped in transit
+  rp->data[2 * rp->page_bytes - 3] ^= 0x40;  // one bit of page 1's payload flipped in transit
   m3::Engine agg(model(), nullptr, pool(32));
   const auto want = run(agg, "agg", prompt, 6);
   m3::Engine d(model(), nullptr, pool(32));
@@ -161,7 +162,8 @@ TEST(EngineKvLease, RefusesWhatItCannotServe) {
   EXPECT_THROW(e.add_request("a", {1, 2, 3}, greedy(1), {}, hold), m3::Error);  // no leases enabled
   m3::RequestKv kv;
   auto rp = std::make_shared<m3::RemotePrefill>();
-  rp->blobs.resize(1);
+  rp->page_bytes = 64;
+  rp->data.resize(64);
   kv.remote = rp;
   // 20 tokens fill two pages: one blob is not the prompt's pages.
   EXPECT_THROW(e.add_request("b", std::vector<int32_t>(20, 7), greedy(1), {}, kv), m3::Error);
