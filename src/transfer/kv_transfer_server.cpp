@@ -131,7 +131,9 @@ void KvTransferServer::serve(Server& s, Link& link) {
 }
 
 // The pages are exported into this thread's registered buffer a few at a time, and each time the count
-// ready so far is announced: the client reads what is ready while the next ones are exported. The buffer
+// ready so far is announced: the client reads what is ready while the next ones are exported. Where the
+// transport has no one-sided read (TCP), UCX answers the client's reads with messages from this worker,
+// so the worker is progressed after every page: the answers go out while the export goes on. The buffer
 // is not reused before the client's acknowledgement (or the link broke): its reads may still be landing.
 std::string KvTransferServer::serve_rma(Server& s, Link& link, const ReadRequest& rd,
                                         const std::vector<TransferPage>& chain, int64_t* bytes) {
@@ -165,6 +167,7 @@ std::string KvTransferServer::serve_rma(Server& s, Link& link, const ReadRequest
         maybe_die(i);
       }
       engine_.export_leased_page(rd.block_ids[i], chain[i], s.buf.data() + i * pb);
+      s.worker->progress();
     }
     const uint32_t ready = uint32_t(end);
     if (std::string e = link.send(&ready, 4, deadline()); !e.empty()) return e;

@@ -42,6 +42,11 @@ class UcxWorker {
   // Progresses until `done()` or the deadline (false), sleeping on the event fd when idle.
   template <class F>
   bool wait_until(F done, Deadline deadline);
+  // Progresses what is ready now, without waiting.
+  void progress() {
+    while (ucp_worker_progress(w_) != 0) {
+    }
+  }
   // Wakes a thread sleeping in wait_until (another thread may call it).
   void signal();
 
