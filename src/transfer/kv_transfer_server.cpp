@@ -10,6 +10,10 @@
 
 namespace m3::transfer {
 
+namespace {
+constexpr size_t kKeepBufferBytes = size_t(512) << 20;  // per serving thread
+}
+
 KvTransferServer::KvTransferServer(std::shared_ptr<UcxContext> ctx, Engine& engine, Hello mine, const std::string& host,
                                    int port, int num_threads, std::chrono::seconds io_timeout)
     : ctx_(std::move(ctx)), engine_(engine), leases_(*engine.kv_leases()), mine_(std::move(mine)),
@@ -86,6 +90,14 @@ void KvTransferServer::work(Server& s) {
     }
     std::unique_ptr<Link> link = Link::accept(*s.worker, req);
     serve(s, *link);
+    // The buffer kept for the next read is bounded: a very long prompt's (GBs on a large model) is let
+    // go, once the connection is closed (over TCP this worker answers the client's reads itself, so none
+    // may still be waiting for it).
+    link.reset();
+    if (s.buf.size() > kKeepBufferBytes) {
+      s.region.reset();
+      s.buf = std::vector<char>();
+    }
   }
 }
 
