@@ -116,6 +116,11 @@ while p < T:
         p += 1
 if [n for _, n in runs] != want:
     fail(f"image token runs {runs}, expected lengths {want} (grids {grids})")
+# The template's own special tokens after the images are still special tokens (end of turn, role marker).
+added = {a["content"]: a["id"] for a in json.load(open(f"{d}/model/tokenizer.json"))["added_tokens"]}
+tail = ids[runs[-1][0] + runs[-1][1]:]
+if added["[e~["] not in tail or added["]~b]"] not in tail:
+    fail("the end-of-turn / role tokens after the images were tokenized as text")
 positions = [p + i for p, n in runs for i in range(n)]
 open(f"{d}/positions.txt", "w").write(" ".join(map(str, positions)) + "\n")
 open(f"{d}/placeholders.txt", "w").write(" ".join(map(str, ids)) + "\n")
