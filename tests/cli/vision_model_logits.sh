@@ -167,7 +167,7 @@ if (got[ok].argmax(1) != ref[ok].argmax(1)).any() or (dec[ok].argmax(1) != ref[o
     fail("argmax differs at a position with comfortable margins")
 if ok[first:].sum() < 0.9 * (T - first):
     fail(f"only {int(ok[first:].sum())} of {T - first} image-region positions have comfortable margins")
-if np.abs(ref - bare)[first:].max() < 1e-2 or np.abs(ref - bare)[:first].max() != 0:
+if np.abs(ref - bare)[first:].max() < 1e-2 or np.abs(ref - bare)[:first].max() > 1e-9:
     fail("the images do not move the logits from their first position on (or move earlier ones)")
 if np.abs(ref - dense)[first:].max() < 1e-2:
     fail("MSA block selection does not matter in the image region: the check would not see it")
