@@ -55,8 +55,7 @@ const char* const kInputFields[] = {"messages", "tools", "chat_template_kwargs",
 
 struct ChatPrompt {
   std::vector<int32_t> ids;
-  std::vector<MultimodalSpan> mm;
-  std::unique_ptr<ImageEncoder> encoder;  // owns what the spans' embeddings came from
+  std::vector<MultimodalSpan> mm;  // each holds its image's embeddings
 };
 
 // Renders `path` (a chat-completions body) as the server does and tokenizes it, images encoded.
@@ -88,16 +87,17 @@ ChatPrompt chat_prompt(const std::string& path, const std::string& model_dir, co
   const std::string tmpl = load_chat_template(template_flag, tokenizer_dir);
   if (!tmpl.empty()) ctx.chat_template = std::make_shared<chat::ChatTemplate>(tmpl);
   ctx.media.allowed_local_media_path = media_dir;
+  std::unique_ptr<ImageEncoder> encoder;
   if (VisionConfig::from_json_text(read_text(model_dir + "/config.json", "config.json"), model_dir + "/config.json",
                                    int(hidden))
           .present) {
-    out.encoder = std::make_unique<ImageEncoder>(model_dir, int(hidden));
-    out.encoder->set_cache_bytes(0);
-    const int32_t img = out.encoder->config().image_token_id;
+    encoder = std::make_unique<ImageEncoder>(model_dir, int(hidden));
+    encoder->set_cache_bytes(0);  // each image is encoded once here
+    const int32_t img = encoder->config().image_token_id;
     if (img < 0 || img >= vocab)
       throw Error(model_dir + "/config.json: image_token_index " + std::to_string(img) +
                   " is outside the vocabulary (" + std::to_string(vocab) + ")");
-    ctx.images = out.encoder.get();
+    ctx.images = encoder.get();
   }
   try {
     std::vector<server::ImageInput> images;
