@@ -14,6 +14,7 @@
 #include <random>
 #include <sstream>
 
+#include "cli/chat_template_file.h"
 #include "cli/commands.h"
 #include "cli/engine_flags.h"
 #include "engine/engine.h"
@@ -86,28 +87,6 @@ std::string default_model_dir() {
     if (fs::exists(c / "config.json")) return c.string();
   throw Error("no MODEL given and no demo model found at models/demo (looked in the current directory and next to "
               "the binary); pass the checkpoint directory: m3serve serve MODEL");
-}
-
-// --chat-template FILE (or inline template text, as vLLM allows), else the checkpoint's.
-std::string load_template(const std::string& flag, const std::string& dir) {
-  if (!flag.empty()) {
-    if (fs::exists(flag)) return read_file(flag);
-    if (flag.find("{{") != std::string::npos || flag.find("{%") != std::string::npos) return flag;
-    throw Error("--chat-template: " + flag + " is neither a file nor a template");
-  }
-  if (fs::exists(fs::path(dir) / "chat_template.jinja")) return read_file(fs::path(dir) / "chat_template.jinja");
-  const fs::path tc = fs::path(dir) / "tokenizer_config.json";
-  if (fs::exists(tc)) {
-    auto j = nlohmann::json::parse(read_file(tc), nullptr, false);
-    if (j.is_object() && j.contains("chat_template")) {
-      const auto& t = j["chat_template"];
-      if (t.is_string()) return t.get<std::string>();
-      if (t.is_array())
-        for (auto& e : t)
-          if (e.value("name", "") == "default" && e.contains("template")) return e["template"].get<std::string>();
-    }
-  }
-  return {};
 }
 
 void apply_generation_config(const std::string& dir, server::ServerContext& ctx) {
@@ -309,7 +288,7 @@ void run_serve(ServeOpts& o, CLI::App* sub) {
   ctx.vocab = model.config().vocab;
   if (tok.bos_id() >= 0) ctx.bos_token = tok.token_bytes(tok.bos_id());
   if (tok.eos_id() >= 0) ctx.eos_token = tok.token_bytes(tok.eos_id());
-  const std::string tmpl = load_template(o.chat_template, dirs.tokenizer);
+  const std::string tmpl = load_chat_template(o.chat_template, dirs.tokenizer);
   if (!tmpl.empty()) ctx.chat_template = std::make_shared<chat::ChatTemplate>(tmpl);
   else std::fprintf(stderr, "[m3serve] warning: no chat template; /v1/chat/completions will answer 400\n");
   apply_generation_config(dir, ctx);

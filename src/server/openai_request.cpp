@@ -309,16 +309,18 @@ std::string render_messages(const ojson& body, const ServerContext& ctx, bool de
 ChatTokens tokenize_chat(const std::string& text, const std::vector<ImageInput>& images, const ServerContext& ctx,
                          bool embed) {
   ChatTokens out;
-  auto encode = [&](const std::string& t, bool first) {
+  // Every piece of the rendered prompt is the template's output, so special tokens in it (role markers,
+  // end of turn) are parsed as such in the text after an image too, as in the prompt without images.
+  auto encode = [&](const std::string& t) {
     try {
-      const auto ids = ctx.tok->encode(t, first);
+      const auto ids = ctx.tok->encode(t, true);
       out.ids.insert(out.ids.end(), ids.begin(), ids.end());
     } catch (const std::exception& e) {
       throw bad_request(std::string("cannot tokenize the prompt: ") + e.what(), "messages");
     }
   };
   if (images.empty()) {
-    encode(text, true);
+    encode(text);
     return out;
   }
   // The text between markers is tokenized piece by piece: the marker is a special token, which splits
@@ -335,7 +337,7 @@ ChatTokens tokenize_chat(const std::string& text, const std::vector<ImageInput>&
       throw bad_request("messages: the prompt holds more image markers (" + kImageMarker + ") than image parts (" +
                             std::to_string(images.size()) + "); text may not contain the marker",
                         "messages");
-    encode(text.substr(pos, at - pos), k == 0);
+    encode(text.substr(pos, at - pos));
     const ImageInput& in = images[k];
     const std::vector<uint8_t> bytes = load_image_bytes(in, ctx.media);
     EncodedImage e;
@@ -361,7 +363,7 @@ ChatTokens tokenize_chat(const std::string& text, const std::vector<ImageInput>&
     throw bad_request("messages: the chat template rendered " + std::to_string(k) + " image markers for " +
                           std::to_string(images.size()) + " image parts (does it render {\"type\": \"image\"} parts?)",
                       "messages");
-  encode(text.substr(pos), false);
+  encode(text.substr(pos));
   return out;
 }
 
