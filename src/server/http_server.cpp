@@ -502,10 +502,10 @@ enum class Route { Health, Version, Models, Metrics, Chat, Completions, Tokenize
 // errors naming the API's fields; make_output(model) makes the translator of its output.
 template <class MakeOutput>
 std::shared_ptr<Call> start_api_call(AsyncEngine& ae, const ServerContext& ctx, const RequestLimits& lim,
-                                     const ojson& chat, const FieldNames& names, const char* prefix,
-                                     MakeOutput make_output) {
+                                     const ojson& chat, const std::vector<std::string>& image_names,
+                                     const FieldNames& names, const char* prefix, MakeOutput make_output) {
   try {
-    ParsedRequest pr = parse_chat_request(chat, ctx);
+    ParsedRequest pr = parse_chat_request(chat, ctx, &image_names);
     check_request_limits(pr, lim);
     std::unique_ptr<ApiOutput> api = make_output(pr.model);
     std::shared_ptr<Call> c = start_call(ae, ctx, std::move(pr), prefix);
@@ -955,24 +955,28 @@ class Conn : public std::enable_shared_from_this<Conn> {
         case Route::Responses: {
           ResponsesRequest rr = responses_to_chat(parse_body(req.body()));
           const Tokenizer* tok = ctx.tok;
-          respond(start_api_call(srv_.ae, ctx, opt_.limits, rr.chat, responses_field_names(), "resp_", [&](std::string model) {
+          respond(start_api_call(srv_.ae, ctx, opt_.limits, rr.chat, rr.image_names, responses_field_names(), "resp_",
+                                 [&](std::string model) {
             return make_responses_output(std::move(rr.echo), std::move(model), now_s(), random_ids(),
                                          [tok](const std::string& t) { return int64_t(tok->encode(t, false).size()); });
           }));
           return;
         }
-        case Route::Messages:
-          respond(start_api_call(srv_.ae, ctx, opt_.limits, messages_to_chat(parse_body(req.body())),
-                                 messages_field_names(), "msg_",
+        case Route::Messages: {
+          std::vector<std::string> image_names;
+          const ojson chat = messages_to_chat(parse_body(req.body()), false, &image_names);
+          respond(start_api_call(srv_.ae, ctx, opt_.limits, chat, image_names, messages_field_names(), "msg_",
                                  [](std::string model) { return make_messages_output(std::move(model), random_ids()); }));
           return;
+        }
         case Route::CountTokens: {
           // The prompt exactly as /v1/messages would serve it (a forced tool-call opener included): the
           // request parsed as chat, not run.
-          const ojson chat = messages_to_chat(parse_body(req.body()), true);
+          std::vector<std::string> image_names;
+          const ojson chat = messages_to_chat(parse_body(req.body()), true, &image_names);
           ParsedRequest pr;
           try {
-            pr = parse_chat_request(chat, ctx);
+            pr = parse_chat_request(chat, ctx, &image_names);
           } catch (const ApiError& e) {
             throw rename_error(e, messages_field_names());
           }
