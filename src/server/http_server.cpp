@@ -119,12 +119,13 @@ ojson kv_params_json(const Call& c, const ServerContext& ctx) {
 // (on this worker thread, off the engine's). A refusal is the client's fault (400); a broken transfer
 // follows kv_load_failure_policy: recompute the prompt here, or fail the request.
 std::shared_ptr<const RemotePrefill> pull_remote_prefill(AsyncEngine& ae, const ServerContext& ctx, const RemoteKvRef& ref,
-                                                         const std::vector<int32_t>& prompt) {
+                                                         const std::vector<int32_t>& prompt,
+                                                         const std::vector<MultimodalSpan>& mm) {
   auto rp = std::make_shared<RemotePrefill>();
   rp->source = ref.host + ":" + std::to_string(ref.port);
   const FetchResult r = ctx.kv_fetcher->fetch(ref, rp->blobs);
   if (r.status == FetchStatus::Ok) {
-    ae.verify_remote(prompt, *rp);  // here, on this worker thread: the engine thread only copies
+    ae.verify_remote(prompt, mm, *rp);  // here, on this worker thread: the engine thread only copies
     return rp;
   }
   if (r.status == FetchStatus::Refused)
@@ -145,7 +146,7 @@ std::shared_ptr<Call> start_call(AsyncEngine& ae, const ServerContext& ctx, Pars
   c->model = c->pr.model;
   c->created = now_s();
   std::shared_ptr<const RemotePrefill> remote;
-  if (c->pr.kv_remote) remote = pull_remote_prefill(ae, ctx, *c->pr.kv_remote, c->pr.prompts.at(0));
+  if (c->pr.kv_remote) remote = pull_remote_prefill(ae, ctx, *c->pr.kv_remote, c->pr.prompts.at(0), c->pr.mm);
   std::vector<EngineRequest> reqs;
   for (size_t p = 0; p < c->pr.prompts.size(); ++p) {
     for (int j = 0; j < c->pr.n; ++j) {

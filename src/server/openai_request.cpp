@@ -433,13 +433,9 @@ static void read_kv_transfer_params(const ojson& body, const ServerContext& ctx,
 static void check_kv_single(const ParsedRequest& r) {
   if ((r.kv_hold || r.kv_remote) && (r.prompts.size() != 1 || r.n != 1))
     throw bad_request("kv_transfer_params: a disaggregated request must have one prompt and n = 1", "kv_transfer_params");
-  // The transferred pages are found by their token ids; image embeddings do not travel with them.
-  if ((r.kv_hold || r.kv_remote) && !r.mm.empty())
-    throw bad_request("kv_transfer_params: requests with images are not supported by P/D disaggregation here",
-                      "kv_transfer_params");
 }
 
-ParsedRequest parse_chat_request(const ojson& body, const ServerContext& ctx) {
+ParsedRequest parse_chat_request(const ojson& body, const ServerContext& ctx, const std::vector<std::string>* image_names) {
   if (!body.is_object()) throw bad_request("the request body must be a JSON object");
   check_fields(body, Endpoint::Chat, "/v1/chat/completions");
   ParsedRequest r;
