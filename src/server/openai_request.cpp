@@ -209,7 +209,7 @@ void check_content_parts(const ojson& parts, size_t i, const ServerContext& ctx,
       if (ctx.media.language_model_only)
         throw bad_request(name + ": image input is disabled on this server (--language-model-only)", "messages");
       if (!ctx.images)
-        throw bad_request(name + ": this model has no vision tower; image_url parts cannot be served", "messages");
+        throw bad_request(name + ": this model has no vision tower; image parts cannot be served", "messages");
       auto u = p.find("image_url");
       std::string url;
       if (u != p.end() && u->is_string()) {
