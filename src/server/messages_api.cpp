@@ -61,7 +61,33 @@ std::string image_source_url(const ojson& b, const std::string& w) {
   throw bad_request(sw + ".type '" + type + "' must be base64 or url", sw + ".type");
 }
 
+// A tool_result's content (a string, or text and image blocks) -> the tool message's chat content: text
+// blocks joined by newlines (as blocks_text), images in place.
+ojson tool_result_content(const ojson& c, const std::string& where, std::vector<std::string>& image_names) {
+  if (c.is_string()) return c.get<std::string>();
+  array_field(c, where);
+  ChatContent out;
+  bool text_before = false;
+  for (size_t j = 0; j < c.size(); ++j) {
+    const std::string w = indexed(where, j);
+    const std::string& type = block_type(c[j], w);
+    if (type == "text") {
+      if (text_before) out.add_text("\n");
+      out.add_text(required_string(c[j], "text", w));
+      text_before = true;
+    } else if (type == "image") {
+      out.add_image(image_source_url(c[j], w), w, image_names);
+      text_before = false;
+    } else {
+      throw bad_request(w + ": block type '" + type + "' is not supported in a tool_result by this server (text, image)", w);
+    }
+  }
+  return out.take();
+}
+
 // One Messages message -> chat messages (a user turn's tool_result blocks become tool messages first).
+// image_names gets the message's images in the order the chat messages hold them: the tool results'
+// first, then the user text's.
 void add_message(const ojson& m, const std::string& w, ojson& msgs, std::vector<std::string>& image_names) {
   const std::string role = required_string(object_field(m, w), "role", w);
   if (role != "user" && role != "assistant") throw bad_request(w + ".role must be user or assistant", w + ".role");
@@ -73,6 +99,7 @@ void add_message(const ojson& m, const std::string& w, ojson& msgs, std::vector<
   }
   array_field(*c, w + ".content");
   ChatContent text;  // text and image blocks, in order
+  std::vector<std::string> text_images;  // its images' names, after the tool results' (see above)
   std::string thinking;
   ojson calls = ojson::array();
   for (size_t j = 0; j < c->size(); ++j) {
@@ -82,7 +109,7 @@ void add_message(const ojson& m, const std::string& w, ojson& msgs, std::vector<
     if (type == "text") {
       text.add_text(required_string(b, "text", bw));
     } else if (type == "image" && role == "user") {
-      text.add_image(image_source_url(b, bw), bw, image_names);
+      text.add_image(image_source_url(b, bw), bw, text_images);
     } else if (type == "thinking" && role == "assistant") {
       thinking += required_string(b, "thinking", bw);
     } else if (type == "redacted_thinking" && role == "assistant") {
@@ -98,7 +125,7 @@ void add_message(const ojson& m, const std::string& w, ojson& msgs, std::vector<
       const ojson* rc = get_field(b, "content");
       msgs.push_back({{"role", "tool"},
                       {"tool_call_id", required_string(b, "tool_use_id", bw)},
-                      {"content", rc ? blocks_text(*rc, bw + ".content") : std::string()}});
+                      {"content", rc ? tool_result_content(*rc, bw + ".content", image_names) : ojson("")}});
     } else {
       throw bad_request(bw + ": block type '" + type + "' is not supported in a " + role +
                             " message by this server (text and image in user messages, tool_use, tool_result, thinking)",
@@ -106,6 +133,7 @@ void add_message(const ojson& m, const std::string& w, ojson& msgs, std::vector<
     }
   }
   ojson content = text.take();
+  image_names.insert(image_names.end(), text_images.begin(), text_images.end());
   if (role == "user" && content.is_string() && content.get<std::string>().empty()) return;  // tool results only
   ojson out = {{"role", role}, {"content", std::move(content)}};
   if (!thinking.empty()) out["reasoning_content"] = thinking;

@@ -54,7 +54,7 @@ std::string input_image_url(const ojson& p, const std::string& w) {
 }
 
 // A content list (input_text / output_text / text parts, and input_image parts when `names` is given: a
-// user message) -> chat content; other kinds are refused by name.
+// user message or a function_call_output) -> chat content; other kinds are refused by name.
 ojson parts_content(const ojson& content, const std::string& where, std::vector<std::string>* names) {
   if (content.is_string()) return content.get<std::string>();
   array_field(content, where);
@@ -69,7 +69,7 @@ ojson parts_content(const ojson& content, const std::string& where, std::vector<
     } else if (type == "input_image" && names) {
       out.add_image(input_image_url(p, w), w, *names);
     } else if (type == "input_image") {
-      throw bad_request(w + ": input_image parts are served in user messages only", w);
+      throw bad_request(w + ": input_image parts are served in user messages and function_call_output only", w);
     } else {
       throw bad_request(w + ": content type '" + type + "' is not supported by this server (" +
                             (names ? "input_text, input_image" : "text only") + ")",
@@ -135,7 +135,7 @@ ojson input_messages(const ojson& input, const ojson* instructions, std::vector<
       const ojson* out = get_field(item, "output");
       msgs.push_back({{"role", "tool"},
                       {"tool_call_id", required_string(item, "call_id", w)},
-                      {"content", parts_text(out ? *out : ojson(), w + ".output")}});
+                      {"content", parts_content(out ? *out : ojson(), w + ".output", &image_names)}});
       open_assistant = false;
     } else if (type == "reasoning") {
       // Its text (content, else the summary) is shown to the template with the next assistant turn.

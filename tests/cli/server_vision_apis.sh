@@ -3,7 +3,8 @@
 # checkpoint with make-model's random vision tower, served by the real binary. Checks:
 # - /v1/responses input_image parts (a data: URL, a file:// URL under --allowed-local-media-path) and
 #   /v1/messages image blocks (a base64 source, a url source) give the same greedy text, the same number of
-#   output tokens and the same prompt length as the equivalent chat request; /v1/messages/count_tokens
+#   output tokens and the same prompt length as the equivalent chat request, also with two images between
+#   text and with an image in a tool output (tool_result, function_call_output); /v1/messages/count_tokens
 #   counts the image's tokens as chat does;
 # - prefix caching keys the image by its content, as chat: after the chat request, the same image through
 #   either API reuses the image's pages (cached_tokens / cache_read_input_tokens), another image does not;
@@ -171,6 +172,35 @@ PT=$(field "$REF" 2)
 cp "$TMP/resp2.json" "$TMP/body.json"
 same "responses, two images interleaved" "$(answer /v1/responses)"
 
+# A tool output carrying an image (a screenshot tool): Messages tool_result and Responses
+# function_call_output answer as chat with the image in the tool message.
+$PY - "$TMP" <<'PYEOF'
+import base64, json, sys
+tmp = sys.argv[1]
+u = "data:image/png;base64," + base64.b64encode(open(f"{tmp}/media/a.png", "rb").read()).decode()
+ask = "Take a screenshot."
+json.dump({"messages": [{"role": "user", "content": ask},
+          {"role": "assistant", "content": "", "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "screenshot", "arguments": "{}"}}]},
+          {"role": "tool", "tool_call_id": "call_1", "content": [{"type": "text", "text": "Here it is."}, {"type": "image_url", "image_url": {"url": u}}]}],
+          "max_tokens": 6, "temperature": 0}, open(f"{tmp}/chat_tool.json", "w"))
+json.dump({"messages": [{"role": "user", "content": ask},
+          {"role": "assistant", "content": [{"type": "tool_use", "id": "call_1", "name": "screenshot", "input": {}}]},
+          {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "call_1", "content": [{"type": "text", "text": "Here it is."},
+            {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": u.split(",", 1)[1]}}]}]}],
+          "max_tokens": 6, "temperature": 0}, open(f"{tmp}/messages_tool.json", "w"))
+json.dump({"input": [{"role": "user", "content": ask}, {"type": "function_call", "call_id": "call_1", "name": "screenshot", "arguments": "{}"},
+          {"type": "function_call_output", "call_id": "call_1", "output": [{"type": "input_text", "text": "Here it is."},
+            {"type": "input_image", "image_url": u}]}], "max_output_tokens": 6, "temperature": 0}, open(f"{tmp}/responses_tool.json", "w"))
+PYEOF
+cp "$TMP/chat_tool.json" "$TMP/body.json"
+REF=$(answer /v1/chat/completions)
+PT=$(field "$REF" 2)
+[ "$PT" -gt 256 ] || fail "chat with a tool image: a prompt of $PT tokens holds no image"
+cp "$TMP/messages_tool.json" "$TMP/body.json"
+same "messages, tool_result with an image" "$(answer /v1/messages)"
+cp "$TMP/responses_tool.json" "$TMP/body.json"
+same "responses, function_call_output with an image" "$(answer /v1/responses)"
+
 # Refusals, named with the API's own path.
 body responses a.png
 $PY - "$TMP/body.json" <<'PYEOF'
@@ -195,7 +225,7 @@ expect_400 /v1/responses 'input\[0\].content\[1\]: the data URL is not valid bas
 cp "$TMP/body.json.three" "$TMP/body.json"
 expect_400 /v1/responses '3 images in the prompt; this server takes at most 2' "responses three images"
 cp "$TMP/body.json.assistant" "$TMP/body.json"
-expect_400 /v1/responses 'input\[0\].content\[0\]: input_image parts are served in user messages only' "responses assistant image"
+expect_400 /v1/responses 'input\[0\].content\[0\]: input_image parts are served in user messages and function_call_output only' "responses assistant image"
 cp "$TMP/body.json.file" "$TMP/body.json"
 expect_400 /v1/responses "input\[1\].content\[1\]: content type 'input_file' is not supported" "responses input_file"
 

@@ -178,6 +178,27 @@ TEST(AgentApis, ImagesBecomeChatImageParts) {
       {"type": "image_url", "image_url": {"url": "https://example.com/c.png"}}]}])"))
       << m["messages"].dump(1);
   EXPECT_EQ(names, (std::vector<std::string>{"messages[0].content[0]", "messages[0].content[2]"}));
+
+  // Tool outputs with images: the tool message's parts. Names follow the chat messages' order: a user
+  // turn's tool results come before its own text and images.
+  const ojson t = messages_to_chat(ojson::parse(R"({"max_tokens": 5, "messages": [
+      {"role": "user", "content": "Take a screenshot."},
+      {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "shot", "input": {}}]},
+      {"role": "user", "content": [{"type": "image", "source": {"type": "url", "url": "u1"}},
+        {"type": "tool_result", "tool_use_id": "toolu_1", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"},
+          {"type": "image", "source": {"type": "url", "url": "u2"}}]}]}]})"),
+                                   false, &names);
+  EXPECT_EQ(t["messages"][2], ojson::parse(R"({"role": "tool", "tool_call_id": "toolu_1", "content": [
+      {"type": "text", "text": "a\nb"}, {"type": "image_url", "image_url": {"url": "u2"}}]})")) << t.dump(1);
+  EXPECT_EQ(t["messages"][3], ojson::parse(R"({"role": "user", "content": [{"type": "image_url", "image_url": {"url": "u1"}}]})"));
+  EXPECT_EQ(names, (std::vector<std::string>{"messages[2].content[1].content[2]", "messages[2].content[0]"}));
+  const ResponsesRequest fo = responses_to_chat(ojson::parse(R"({"input": [{"role": "user", "content": "Look."},
+    {"type": "function_call", "call_id": "c1", "name": "shot", "arguments": "{}"},
+    {"type": "function_call_output", "call_id": "c1", "output": [{"type": "input_text", "text": "done"},
+      {"type": "input_image", "image_url": "u3"}]}]})"));
+  EXPECT_EQ(fo.chat["messages"][2], ojson::parse(R"({"role": "tool", "tool_call_id": "c1", "content": [
+      {"type": "text", "text": "done"}, {"type": "image_url", "image_url": {"url": "u3"}}]})")) << fo.chat.dump(1);
+  EXPECT_EQ(fo.image_names, (std::vector<std::string>{"input[2].output[1]"}));
 }
 
 TEST(AgentApis, MessagesRefusalsNameTheField) {
