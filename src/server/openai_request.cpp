@@ -273,7 +273,7 @@ std::string render_messages(const ojson& body, const ServerContext& ctx, bool de
   ojson rewritten;
   if (images && !images->empty()) {
     if (int64_t(images->size()) > ctx.media.limit_image)
-      throw bad_request("messages: " + std::to_string(images->size()) + " images in the prompt; this server takes at most " +
+      throw bad_request(std::to_string(images->size()) + " images in the prompt; this server takes at most " +
                             std::to_string(ctx.media.limit_image) + " per prompt (--limit-mm-per-prompt {\"image\": " +
                             std::to_string(ctx.media.limit_image) + "})",
                         "messages");
