@@ -186,7 +186,8 @@ namespace {
 // Content parts of message i: text, and image_url parts when `images` collects them (the chat endpoint
 // with a vision tower). Other image kinds, audio, video and file parts are refused by name (never
 // dropped: the model would answer about an image it never saw).
-void check_content_parts(const ojson& parts, size_t i, const ServerContext& ctx, std::vector<ImageInput>* images) {
+void check_content_parts(const ojson& parts, size_t i, const ServerContext& ctx, std::vector<ImageInput>* images,
+                         const std::vector<std::string>* image_names) {
   const std::string where = "messages[" + std::to_string(i) + "].content";
   for (size_t j = 0; j < parts.size(); ++j) {
     const ojson& p = parts[j];
@@ -202,10 +203,13 @@ void check_content_parts(const ojson& parts, size_t i, const ServerContext& ctx,
       continue;
     }
     if (t == "image_url" && images) {
+      // A translated body (Responses, Messages) names the part as its client wrote it.
+      const std::string name = image_names && images->size() < image_names->size() ? (*image_names)[images->size()]
+                                                                                  : where + "[" + std::to_string(j) + "]";
       if (ctx.media.language_model_only)
-        throw bad_request(at + ": image input is disabled on this server (--language-model-only)", "messages");
+        throw bad_request(name + ": image input is disabled on this server (--language-model-only)", "messages");
       if (!ctx.images)
-        throw bad_request(at + ": this model has no vision tower; image_url parts cannot be served", "messages");
+        throw bad_request(name + ": this model has no vision tower; image parts cannot be served", "messages");
       auto u = p.find("image_url");
       std::string url;
       if (u != p.end() && u->is_string()) {
@@ -216,14 +220,14 @@ void check_content_parts(const ojson& parts, size_t i, const ServerContext& ctx,
           if (it.key() == "url") continue;
           // OpenAI's detail picks a resolution tier; M3's processor has one, so only "auto" is honoured.
           if (it.key() == "detail" && it.value().is_string() && it.value().get<std::string>() == "auto") continue;
-          throw bad_request(at + ".image_url: '" + it.key() + "' is not supported (only url, and detail \"auto\")",
+          throw bad_request(name + ".image_url: '" + it.key() + "' is not supported (only url, and detail \"auto\")",
                             "messages");
         }
       } else {
-        throw bad_request(at + ": an image_url part needs 'image_url': {\"url\": \"data:image/...;base64,...\"}",
+        throw bad_request(name + ": an image_url part needs 'image_url': {\"url\": \"data:image/...;base64,...\"}",
                           "messages");
       }
-      images->push_back({at, url});
+      images->push_back({name, url});
       continue;
     }
     const char* kind = nullptr;
@@ -252,7 +256,7 @@ const std::string kImageMarker = "]<]image[>[";
 }  // namespace
 
 std::string render_messages(const ojson& body, const ServerContext& ctx, bool default_add_generation_prompt,
-                            std::vector<ImageInput>* images) {
+                            std::vector<ImageInput>* images, const std::vector<std::string>* image_names) {
   const ojson* msgs = field(body, "messages");
   if (!msgs) throw bad_request("'messages' is required", "messages");
   if (!msgs->is_array() || msgs->empty()) throw bad_request("'messages' must be a non-empty list", "messages");
@@ -263,13 +267,13 @@ std::string render_messages(const ojson& body, const ServerContext& ctx, bool de
     auto c = m.find("content");
     if (c != m.end() && !(c->is_null() || c->is_string() || c->is_array()))
       throw bad_request("message 'content' must be a string or a list of content parts", "messages");
-    if (c != m.end() && c->is_array()) check_content_parts(*c, i, ctx, images);
+    if (c != m.end() && c->is_array()) check_content_parts(*c, i, ctx, images, image_names);
   }
   // The template renders a {"type": "image"} part as the image marker (vLLM hands it image parts that way).
   ojson rewritten;
   if (images && !images->empty()) {
     if (int64_t(images->size()) > ctx.media.limit_image)
-      throw bad_request("messages: " + std::to_string(images->size()) + " images in the prompt; this server takes at most " +
+      throw bad_request(std::to_string(images->size()) + " images in the prompt; this server takes at most " +
                             std::to_string(ctx.media.limit_image) + " per prompt (--limit-mm-per-prompt {\"image\": " +
                             std::to_string(ctx.media.limit_image) + "})",
                         "messages");
@@ -431,13 +435,9 @@ static void read_kv_transfer_params(const ojson& body, const ServerContext& ctx,
 static void check_kv_single(const ParsedRequest& r) {
   if ((r.kv_hold || r.kv_remote) && (r.prompts.size() != 1 || r.n != 1))
     throw bad_request("kv_transfer_params: a disaggregated request must have one prompt and n = 1", "kv_transfer_params");
-  // The transferred pages are found by their token ids; image embeddings do not travel with them.
-  if ((r.kv_hold || r.kv_remote) && !r.mm.empty())
-    throw bad_request("kv_transfer_params: requests with images are not supported by P/D disaggregation here",
-                      "kv_transfer_params");
 }
 
-ParsedRequest parse_chat_request(const ojson& body, const ServerContext& ctx) {
+ParsedRequest parse_chat_request(const ojson& body, const ServerContext& ctx, const std::vector<std::string>* image_names) {
   if (!body.is_object()) throw bad_request("the request body must be a JSON object");
   check_fields(body, Endpoint::Chat, "/v1/chat/completions");
   ParsedRequest r;
@@ -496,7 +496,7 @@ ParsedRequest parse_chat_request(const ojson& body, const ServerContext& ctx) {
   r.choice.parallel_tool_calls = opt_bool(body, "parallel_tool_calls").value_or(true);
 
   std::vector<ImageInput> images;
-  std::string prompt = render_messages(body, ctx, true, &images);
+  std::string prompt = render_messages(body, ctx, true, &images, image_names);
   const bool separate_reasoning = opt_bool(body, "separate_reasoning").value_or(true);
   bool reasoning_start = ctx.reasoning && chat::ReasoningParser::prompt_starts_reasoning(*ctx.reasoning, prompt);
   if (forced && *ctx.tool == chat::ToolFormat::MiniMaxM3) {
