@@ -49,6 +49,13 @@ int64_t seek_cb(void* opaque, int64_t offset, int whence) {
   return p;
 }
 
+// A container must not make libav open anything else: HLS / DASH playlists and the concat demuxer read
+// nested URLs (file://, http://), which would let a request read the server's files or reach its network.
+int refuse_nested_open(AVFormatContext*, AVIOContext**, const char*, int, AVDictionary**) { return AVERROR(EPERM); }
+
+// The demuxers a request video may use: the common video containers (no playlists, no raw images).
+const char* kVideoFormats = "mov,mp4,m4a,3gp,3g2,mj2,matroska,webm,avi,flv,mpegts,mpeg,ogg,asf,m4v,h264,hevc,ivf,nut";
+
 std::string av_err(int e) {
   char buf[AV_ERROR_MAX_STRING_SIZE] = {0};
   av_strerror(e, buf, sizeof buf);
@@ -106,8 +113,11 @@ VideoInfo decode_video(const uint8_t* data, size_t n, const DecodeLimits& limits
   if (!fmt.ctx) throw Error("video: out of memory");
   fmt.ctx->pb = io.ctx;
   fmt.ctx->flags |= AVFMT_FLAG_CUSTOM_IO;
+  fmt.ctx->io_open = refuse_nested_open;
+  fmt.ctx->format_whitelist = av_strdup(kVideoFormats);
+  fmt.ctx->protocol_whitelist = av_strdup("");
   if (int e = avformat_open_input(&fmt.ctx, nullptr, nullptr, nullptr); e < 0)
-    throw Error("video: not a video container this server reads (" + av_err(e) + ")");
+    throw Error(std::string("video: not a video container this server reads (") + kVideoFormats + "; " + av_err(e) + ")");
   if (int e = avformat_find_stream_info(fmt.ctx, nullptr); e < 0)
     throw Error("video: cannot read the stream information (" + av_err(e) + "; corrupt or truncated?)");
   const int si = av_find_best_stream(fmt.ctx, AVMEDIA_TYPE_VIDEO, -1, -1, nullptr, 0);
@@ -207,6 +217,15 @@ VideoInfo decode_video(const uint8_t* data, size_t n, const DecodeLimits& limits
   avcodec_send_packet(cc.ctx, nullptr);  // drain
   take();
   if (info.frames_read == 0) throw Error(std::string("video: no frame could be decoded (codec '") + info.codec + "')");
+  // Truncated where the container says how long the video is: the stream's own duration, or the file's when
+  // the video is its only stream (an audio track may outlast the picture). A tenth of slack for rounding
+  // and variable frame rates.
+  double expect_s = st->duration != AV_NOPTS_VALUE && st->duration > 0 ? double(st->duration) * av_q2d(st->time_base)
+                    : fmt.ctx->nb_streams == 1                           ? duration
+                                                                         : 0.0;
+  if (expect_s > 0 && double(info.frames_read + 1) / info.fps < 0.9 * expect_s)
+    throw Error("video: truncated: " + std::to_string(info.frames_read) + " frames at " + std::to_string(info.fps) +
+                " fps decoded of a " + std::to_string(expect_s) + " s video");
   if (st->nb_frames > 0 && info.frames_read < st->nb_frames)
     throw Error("video: truncated: " + std::to_string(info.frames_read) + " of the " + std::to_string(st->nb_frames) +
                 " frames the container lists could be decoded");

@@ -176,4 +176,8 @@ wait_server_health "$TMP/server.log" $PID
 chat_body "x" "$(url a.mkv x-matroska)" >"$TMP/body.json"
 expect_400 'messages: 1 videos in the prompt; this server takes at most 0 per prompt' "video limit 0"
 kill -TERM $PID; wait $PID || fail "server exit status $?"
+# bench vision --video: the clip's grid and token count (timings are printed, not asserted).
+"$BIN" bench vision --model "$TMP/model" --video "$TMP/media/a.mkv" --repeats 1 >"$TMP/bench.txt" 2>&1 ||
+  fail "bench vision --video: $(cat "$TMP/bench.txt")"
+grep -q 'grid 2x16x16' "$TMP/bench.txt" && grep -q '128 tokens' "$TMP/bench.txt" || fail "bench vision --video: $(cat "$TMP/bench.txt")"
 echo "server_video: ok"
