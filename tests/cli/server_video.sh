@@ -112,6 +112,9 @@ for g, (i, j) in enumerate(runs):
     head = tok(f"]<]{2 * g:.1f} seconds[>[") + start
     assert ids[i - len(head):i] == head, (g, ids[i - len(head):i], head)
     assert ids[j:j + len(end)] == end, (g, ids[j:j + len(end)], end)
+# The template's text after the video keeps its special tokens (the end of the user turn is one token).
+eot = tok("[e~[")
+assert len(eot) == 1 and eot[0] in ids[runs[-1][1]:], (eot, ids[runs[-1][1]:])
 print("video layout ok")
 PYEOF
 # Without the video the prompt is at least 128 tokens shorter.
