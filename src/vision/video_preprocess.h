@@ -28,11 +28,9 @@ struct PreparedVideo {
 // The frame size the video processor resizes to: smart_resize with the video's min/max_pixels.
 ResizedSize video_frame_size(int height, int width, const ProcessorConfig& pc, const VideoOptions& vo);
 
-// Frames (all of one size, a multiple of the factor) -> patches: per temporal group g the frames 2g and
-// 2g + 1 (the last repeated when the count is odd), (channel, temporal, row, col) within a patch.
-PatchTensor patchify_frames(const std::vector<RgbImage>& frames, const ProcessorConfig& cfg);
-
-// decode -> sample -> resize -> patchify. Throws m3::Error for a bad video, more than vo.max_frames
+// decode -> sample -> resize -> patchify, each temporal pair patched as soon as its two frames are resized
+// (frames 2g and 2g + 1 in the two temporal slots, (channel, temporal, row, col) within a patch; an odd
+// count ends with the last frame twice), so only one pair of frames is held at a time. Throws m3::Error for a bad video, more than vo.max_frames
 // sampled frames, or more than vo.total_pixels resized pixels over all frames (checked per frame, before
 // the memory is spent).
 PreparedVideo preprocess_video(const uint8_t* data, size_t n, const DecodeLimits& limits, const ProcessorConfig& pc,
