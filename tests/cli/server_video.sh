@@ -179,6 +179,15 @@ wait_server_health "$TMP/server.log" $PID
 chat_body "x" "$(url a.mkv x-matroska)" >"$TMP/body.json"
 expect_400 'messages: 1 videos in the prompt; this server takes at most 0 per prompt' "video limit 0"
 kill -TERM $PID; wait $PID || fail "server exit status $?"
+# --language-model-only: video parts are a 400 naming the flag.
+"$BIN" serve "$TMP/model" --host 127.0.0.1 --port 0 --max-model-len 4000 --kv-cache-memory 0.05 \
+  --language-model-only >"$TMP/server.log" 2>&1 &
+PID=$!
+wait_server_health "$TMP/server.log" $PID
+chat_body "x" "$(url a.mkv x-matroska)" >"$TMP/body.json"
+expect_400 'messages\[0\].content\[0\]: video input is disabled on this server (--language-model-only)' "language-model-only"
+kill -TERM $PID; wait $PID || fail "server exit status $?"
+
 # bench vision --video: the clip's grid and token count (timings are printed, not asserted).
 "$BIN" bench vision --model "$TMP/model" --video "$TMP/media/a.mkv" --repeats 1 >"$TMP/bench.txt" 2>&1 ||
   fail "bench vision --video: $(cat "$TMP/bench.txt")"
