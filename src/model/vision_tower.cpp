@@ -125,6 +125,27 @@ std::vector<float> VisionTower::forward(const float* patches, const std::vector<
   }
   // From here on a video is its attention segments: RoPE t and the attention scope are per segment.
   const std::vector<VisionGrid> segs = attention_segments(grids, cfg_.segment_max_frames);
+  // Segments share nothing (attention stays inside one; the rest is per patch, the merge per 2x2 window),
+  // so a long batch runs a few segments at a time: the activations (about 100 bytes per patch per unit of
+  // hidden width) stay bounded by kPassPatches or one segment, not by the whole video.
+  if (segs.size() > 1 && T > kPassPatches) {
+    std::vector<float> out;
+    out.reserve(size_t(T / (M * M)) * size_t(cfg_.text_hidden));
+    size_t i = 0;
+    const float* p = patches;
+    while (i < segs.size()) {
+      std::vector<VisionGrid> pass;
+      int64_t n = 0;
+      do {
+        n += segs[i].patches();
+        pass.push_back(segs[i++]);
+      } while (i < segs.size() && n + segs[i].patches() <= kPassPatches);
+      const std::vector<float> part = forward(p, pass);  // each of these is one segment: no further split
+      out.insert(out.end(), part.begin(), part.end());
+      p += size_t(n) * size_t(cfg_.patch_dim());
+    }
+    return out;
+  }
   // 3-D RoPE tables per patch: positions (t, h, w) in merge-window order, cos/sin over rope_dims.
   const int F = cfg_.rope_freqs(), R = cfg_.rope_dims(), half = R / 2;
   std::vector<float> cosv(size_t(T) * half), sinv(size_t(T) * half);

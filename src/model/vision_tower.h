@@ -27,6 +27,8 @@ class VisionTower {
   VisionTower(const VisionConfig& cfg, const TensorStore& store);
 
   const VisionConfig& config() const { return cfg_; }
+  // A batch of more patches than this runs a pass of whole attention segments at a time (forward()).
+  static constexpr int64_t kPassPatches = 8192;
 
   // patches: [sum of grids' patches, patch_dim] in merge-window order (vision/preprocess.h), images and
   // videos one after the other (a video: grid t temporal groups, each group's patches contiguous).

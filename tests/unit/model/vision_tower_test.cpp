@@ -6,6 +6,7 @@
 // do not depend on the other image in the batch (attention confined per image).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -150,6 +151,26 @@ TEST(VisionTower, VideoSegmentsAttendAlone) {
   double dj = 0;
   for (size_t i = head.size(); i < all.size(); ++i) dj = std::max(dj, std::fabs(double(all[i]) - joint[i]));
   EXPECT_GT(dj, 1e-3 * mx);
+  // A video of more than kPassPatches patches runs a pass of segments at a time: still each segment's own
+  // output (9 groups of 32 x 32: segments 4 + 4 + 1, passes of 8192 and 1024 patches).
+  const m3::VisionGrid big{9, 32, 32};
+  ASSERT_GT(big.patches(), m3::VisionTower::kPassPatches);
+  std::vector<float> bp(size_t(big.patches()) * vc.patch_dim());
+  for (float& v : bp) v = nd(rng);
+  const std::vector<float> ball = tower.forward(bp.data(), {big});
+  std::vector<float> bseg;
+  for (int t0 = 0; t0 < 9; t0 += 4) {
+    const int t = std::min(4, 9 - t0);
+    const auto part = tower.forward(bp.data() + size_t(t0) * 1024 * vc.patch_dim(), {{t, 32, 32}});
+    bseg.insert(bseg.end(), part.begin(), part.end());
+  }
+  ASSERT_EQ(ball.size(), bseg.size());
+  double bmx = 0, bd = 0;
+  for (size_t i = 0; i < ball.size(); ++i) {
+    bmx = std::max(bmx, std::fabs(double(bseg[i])));
+    bd = std::max(bd, std::fabs(double(ball[i]) - bseg[i]));
+  }
+  EXPECT_LE(bd, 1e-6 * bmx);
   EXPECT_EQ(m3::attention_segments({{1, 2, 2}, {9, 2, 2}}, 4).size(), 4u);
   EXPECT_EQ(m3::attention_segments({{9, 2, 2}}, 0).size(), 1u);
 }
