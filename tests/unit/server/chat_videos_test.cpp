@@ -3,9 +3,11 @@
 // temporal group, the timestamp text and grid_h * grid_w / 4 video tokens (the start/end markers where the
 // tokenizer has them); each group is a span holding its slice of the tower's output for the whole clip, salted
 // per group; the count-only path gives the same ids; the encoder's cache serves the clip again; the video
-// limit is a 400 with the numbers.
+// limit is a 400 with the numbers. RealTokenizerIds: with the o200k vocabulary and M3's specials at their
+// real ids, the exact ids vLLM's M3 processor gives: per group the timestamp text, 200029, M x 200026, 200030.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -20,6 +22,7 @@
 #include "model/vision_tower.h"
 #include "server/errors.h"
 #include "server/openai_request.h"
+#include "m3_tokenizer.h"
 #include "test_tmp.h"
 #include "tokenizer/tokenizer.h"
 #include "tools/make_model.h"
@@ -158,4 +161,69 @@ TEST(ChatVideos, GroupsExpandToTimestampsAndTheTowersEmbeddings) {
     EXPECT_EQ(e.status, 400);
     EXPECT_NE(std::string(e.what()).find("1 videos in the prompt; this server takes at most 0"), std::string::npos) << e.what();
   }
+}
+
+TEST(ChatVideos, RealTokenizerIds) {
+  const std::string dir = m3test::test_tmp_dir() + "/chat_videos_real_tok";
+  MakeModelOptions o = make_model_preset("tiny", ModelLayout::M31);
+  o.seed = 6;
+  make_model(o, dir);
+  {  // the real placeholder ids (a tiny vocabulary makes make-model pick stand-ins)
+    auto cfg = nlohmann::json::parse(slurp(dir + "/config.json"));
+    cfg["image_token_index"] = 200025;
+    cfg["video_token_index"] = 200026;
+    std::ofstream(dir + "/config.json") << cfg.dump(2);
+  }
+  const ModelConfig mc = ModelConfig::from_dir(dir);
+  const ImageEncoder enc(dir, mc.hidden);
+  ASSERT_EQ(enc.config().video_token_id, 200026);
+  const Tokenizer tok = Tokenizer::from_dir(m3test::m3_tokenizer_dir(dir + "/m3tok"));
+  ASSERT_EQ(tok.token_to_id("]<]video[>["), 200026);
+  server::ServerContext ctx;
+  ctx.served_names = {"tiny"};
+  ctx.tok = &tok;
+  ctx.vocab = 200064;
+  ctx.max_model_len = 4096;
+  ctx.images = &enc;
+  ctx.bos_token = tok.token_bytes(tok.bos_id());
+  ctx.eos_token = tok.token_bytes(tok.eos_id());
+  ctx.chat_template = std::make_shared<chat::ChatTemplate>(slurp(std::string(M3_TEST_DATA) + "/chat/MiniMax-M3.jinja"));
+
+  // 5 frames of 84 x 56 at 1 fps: 3 groups of 6 tokens, at 0, 2 and 4 seconds.
+  const std::string clip = make_clip(dir, 84, 56, 5, 3);
+  ojson body = {{"messages", ojson::array({{{"role", "user"},
+                                            {"content", ojson::array({{{"type", "text"}, {"text", "Watch"}},
+                                                                      {{"type", "video_url"},
+                                                                       {"video_url", {{"url", "data:video/x-matroska;base64," + base64(clip)}}}},
+                                                                      {{"type", "text"}, {"text", " closely"}}})}}})}};
+  std::vector<server::ImageInput> inputs;
+  const std::string text = server::render_messages(body, ctx, true, &inputs);
+  const server::ChatTokens ct = server::tokenize_chat(text, inputs, ctx, true);
+  // The rendered text holds the one video marker token; expanding it as vLLM does must give the prompt's
+  // ids exactly (the text around it tokenized the same, BOS and role tokens included).
+  const std::vector<int32_t> whole = tok.encode(text);
+  ASSERT_EQ(std::count(whole.begin(), whole.end(), 200026), 1);
+  std::vector<int32_t> want;
+  for (int32_t id : whole) {
+    if (id != 200026) {
+      want.push_back(id);
+      continue;
+    }
+    for (int g = 0; g < 3; ++g) {
+      const std::vector<int32_t> ts = tok.encode("]<]" + std::to_string(2 * g) + ".0 seconds[>[");
+      want.insert(want.end(), ts.begin(), ts.end());
+      want.push_back(200029);
+      want.insert(want.end(), 6, 200026);
+      want.push_back(200030);
+    }
+  }
+  EXPECT_EQ(ct.ids, want);
+  ASSERT_EQ(ct.mm.size(), 3u);
+  for (const auto& s : ct.mm) {
+    EXPECT_EQ(ct.ids[size_t(s.offset - 1)], 200029);
+    EXPECT_EQ(ct.ids[size_t(s.offset + s.count)], 200030);
+  }
+  // The timestamp is ordinary text, no special token inside it.
+  for (int32_t id : tok.encode("]<]2.0 seconds[>[")) EXPECT_LT(id, 200000);
+  EXPECT_EQ(server::tokenize_chat(text, inputs, ctx, false).ids, ct.ids);
 }
