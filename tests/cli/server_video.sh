@@ -146,6 +146,23 @@ chat_body "Describe." "$(url a.mp4 mp4)" >"$TMP/body.json"
 req /v1/chat/completions "$TMP/body.json"; [ "$STATUS" = 200 ] || fail "MP4 chat: $STATUS $BODY"
 chat_body "Describe." "file://$TMP/media/a.mkv" >"$TMP/body.json"
 req /v1/chat/completions "$TMP/body.json"; [ "$STATUS" = 200 ] || fail "file:// video chat: $STATUS $BODY"
+# http:// from a local stdlib server: the same answer as the data URL (the fetch code is the images').
+$PY -u -m http.server 0 --bind 127.0.0.1 --directory "$TMP/media" >"$TMP/http.log" 2>&1 &
+HPID=$!
+trap 'kill -9 $PID $HPID 2>/dev/null || true' EXIT
+HPORT=""
+for _ in $(seq 1 100); do
+  HPORT=$(sed -n 's/.*port \([0-9]*\).*/\1/p' "$TMP/http.log" | head -1)
+  [ -n "$HPORT" ] && break
+  sleep 0.1
+done
+[ -n "$HPORT" ] || fail "the media HTTP server did not start: $(cat "$TMP/http.log")"
+chat_body "What happens in this video?" "http://127.0.0.1:$HPORT/a.mkv" >"$TMP/body.json"
+req /v1/chat/completions "$TMP/body.json"; [ "$STATUS" = 200 ] || fail "http video: $STATUS $BODY"
+[ "$(content "$BODY")" = "$(content "$A1")" ] || fail "the fetched video answers differently from its data URL: $BODY"
+chat_body "x" "http://127.0.0.1:$HPORT/missing.mkv" >"$TMP/body.json"
+expect_400 "messages\[0\].content\[0\]: fetching 'http://127.0.0.1:$HPORT/missing.mkv' answered HTTP 404" "http 404"
+kill $HPID; wait $HPID 2>/dev/null || true
 chat_body "Compare." "$(url a.mkv x-matroska)" "$(url b.mkv x-matroska)" >"$TMP/body.json"
 req /v1/chat/completions "$TMP/body.json"; [ "$STATUS" = 200 ] || fail "two videos: $STATUS $BODY"
 echo "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\",\"image_url\":{\"url\":\"data:image/png;base64,$(base64 -w0 "$TMP/media/still.png")\"}},{\"type\":\"video_url\",\"video_url\":{\"url\":\"$(url a.mkv x-matroska)\"}},{\"type\":\"text\",\"text\":\"Same scene?\"}]}],\"max_tokens\":2}" >"$TMP/mixed.json"
