@@ -484,7 +484,7 @@ void register_serve(CLI::App& app) {
   sub->add_flag("--enforce-eager", o->enforce_eager, "Not applicable");
   sub->add_flag("--kv-cache-metrics", o->kv_cache_metrics, "Not applicable");
   sub->add_option("--limit-mm-per-prompt", o->limit_mm,
-                  "Images per chat prompt, vLLM's JSON '{\"image\": N}' (default 999); video and audio only as 0");
+                  "Images and videos per chat prompt, vLLM's JSON '{\"image\": N, \"video\": M}' (default 999 each); audio only as 0");
   sub->add_option("--mm-processor-kwargs", o->mm_processor_kwargs,
                   "Image and video processor options as JSON: '{\"min_pixels\": N, \"max_pixels\": M, \"fps\": F, "
                   "\"max_frames\": N, \"total_pixels\": N, \"max_duration\": S}' (other keys refused)");
