@@ -200,6 +200,12 @@ void run_serve(ServeOpts& o, CLI::App* sub) {
     std::fprintf(stderr, "[m3serve] vision tower: %d layers, hidden %d; at most %lld image(s) per prompt; %lld-%lld pixels\n",
                  vc.layers, vc.hidden, (long long)ctx.media.limit_image, (long long)image_encoder->processor().min_pixels,
                  (long long)image_encoder->processor().max_pixels);
+    const vision::VideoOptions& vo = image_encoder->video();
+    std::fprintf(stderr,
+                 "[m3serve] video: at most %lld per prompt; %.3g fps sampled, up to %.0f s, %lld frames, %lld-%lld pixels "
+                 "a frame, %lld pixels in all\n",
+                 (long long)ctx.media.limit_video, vo.fps, vo.max_duration, (long long)vo.max_frames,
+                 (long long)vo.min_pixels, (long long)vo.max_pixels, (long long)vo.total_pixels);
   } else if (o.language_model_only) {
     std::fprintf(stderr, "[m3serve] --language-model-only: vision tower not loaded; image parts are refused\n");
   }
@@ -478,9 +484,10 @@ void register_serve(CLI::App& app) {
   sub->add_flag("--enforce-eager", o->enforce_eager, "Not applicable");
   sub->add_flag("--kv-cache-metrics", o->kv_cache_metrics, "Not applicable");
   sub->add_option("--limit-mm-per-prompt", o->limit_mm,
-                  "Images per chat prompt, vLLM's JSON '{\"image\": N}' (default 999); video and audio only as 0");
+                  "Images and videos per chat prompt, vLLM's JSON '{\"image\": N, \"video\": M}' (default 999 each); audio only as 0");
   sub->add_option("--mm-processor-kwargs", o->mm_processor_kwargs,
-                  "Image processor options as JSON: '{\"min_pixels\": N, \"max_pixels\": M}' (other keys refused)");
+                  "Image and video processor options as JSON: '{\"min_pixels\": N, \"max_pixels\": M, \"fps\": F, "
+                  "\"max_frames\": N, \"total_pixels\": N, \"max_duration\": S}' (other keys refused)");
   sub->add_option("--mm-processor-cache-gb", o->mm_processor_cache_gb,
                   "GiB of encoded images kept by content, so a resent image skips decoding and the vision tower "
                   "(default 4; 0: no cache)")

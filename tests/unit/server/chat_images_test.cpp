@@ -22,6 +22,7 @@
 #include "model/vision_tower.h"
 #include "server/errors.h"
 #include "server/openai_request.h"
+#include "m3_tokenizer.h"
 #include "test_tmp.h"
 #include "tokenizer/tokenizer.h"
 #include "tools/make_model.h"
@@ -189,29 +190,6 @@ namespace {
 // M3's special tokens (spec model.md 7.1) on the o200k vocabulary: the real M3 tokenizer.json is not
 // in the project, but its BPE is o200k's and its specials are these, so this tokenizer gives the real
 // ids for every chat-template token and image placeholder.
-std::string m3_tokenizer_dir(const std::string& dir) {
-  auto tj = nlohmann::json::parse(slurp(std::string(M3_TEST_DATA) + "/tokenizer/o200k/tokenizer.json"));
-  const std::vector<std::string> specials = {
-      "]!p~[", "<fim_prefix>", "<fim_middle>", "<fim_suffix>", "<fim_pad>", "<reponame>", "<filename>",
-      "<gh_stars>", "<issue_start>", "<issue_comment>", "<issue_closed>", "<jupyter_start>", "<jupyter_text>",
-      "<jupyter_code>", "<jupyter_output>", "<empty_output>", "<commit_before>", "<commit_msg>", "<commit_after>",
-      "]~b]", "[e~[", "]!d~[", "<function_call>", "<code_interpreter>", "]<]speech[>[", "]<]image[>[",
-      "]<]video[>[", "]<]start of speech[>[", "]<]end of speech[>[", "]<]start of image[>[", "]<]end of image[>[",
-      "]<]start of video[>[", "]<]end of video[>[", "]<]vision pad[>[", "]~!b[", "<jupyter_error>", "<add_file>",
-      "<delete_file>", "<rename_file>", "<edit_file>", "<commit_message>", "<empty_source_file>", "<repo_struct>",
-      "<code_context>", "<file_content>", "<source_files>", "<pr_start>", "<review_comment>", "<filepath>",
-      "<file_sep>", "<think>", "</think>", "<tool_call>", "</tool_call>", "]<]frame[>[", "]<]start of frame[>[",
-      "]<]end of frame[>[", "<|content_altered_placeholder|>", "]<]minimax[>[", "<mm:think>", "</mm:think>"};
-  nlohmann::json added = nlohmann::json::array();
-  for (size_t i = 0; i < specials.size(); ++i)
-    added.push_back({{"id", 200000 + int(i)}, {"content", specials[i]}, {"single_word", false}, {"lstrip", false},
-                     {"rstrip", false}, {"normalized", false}, {"special", true}});
-  tj["added_tokens"] = added;
-  std::filesystem::create_directories(dir);
-  std::ofstream(dir + "/tokenizer.json") << tj.dump();
-  std::ofstream(dir + "/tokenizer_config.json") << R"({"bos_token": "]~!b[", "eos_token": "[e~["})";
-  return dir;
-}
 
 }  // namespace
 
@@ -228,7 +206,7 @@ TEST(ChatImages, RealTokenizerIds) {
   const ModelConfig mc = ModelConfig::from_dir(dir);
   const ImageEncoder enc(dir, mc.hidden);
   ASSERT_EQ(enc.config().image_token_id, 200025);
-  const Tokenizer tok = Tokenizer::from_dir(m3_tokenizer_dir(dir + "/m3tok"));
+  const Tokenizer tok = Tokenizer::from_dir(m3test::m3_tokenizer_dir(dir + "/m3tok"));
   ASSERT_EQ(tok.token_to_id("]<]image[>["), 200025);
   ASSERT_EQ(tok.token_to_id("]<]start of image[>["), 200029);
   ASSERT_EQ(tok.token_to_id("]<]end of image[>["), 200030);
