@@ -9,7 +9,8 @@ DEB_PACKAGES = g++ cmake make pkg-config libgtest-dev libbenchmark-dev nlohmann-
                libcpp-httplib-dev libssl-dev ca-certificates zlib1g-dev libbrotli-dev libboost-dev curl python3 \
                libzmq3-dev cppzmq-dev libmsgpack-cxx-dev python3-zmq python3-msgpack nginx haproxy \
                libhiredis-dev redis-server libucx-dev nodejs npm python3-jsonschema \
-               libjpeg62-turbo-dev libpng-dev libwebp-dev libgif-dev python3-pil python3-torch
+               libjpeg62-turbo-dev libpng-dev libwebp-dev libgif-dev python3-pil python3-torch \
+               libavformat-dev libavcodec-dev libswscale-dev libavutil-dev ffmpeg
 DEMO_MODEL ?= $(BUILD)/demo-model
 
 .PHONY: all deps configure build test test-asan run clean soak bench-kernels bench-structured validator sdk-clients

@@ -17,6 +17,8 @@
 #include "model/vision_tower.h"
 #include "vision/image_decode.h"
 #include "vision/preprocess.h"
+#include "vision/processor_options.h"
+#include "vision/video_preprocess.h"
 
 namespace m3::bench {
 namespace {
@@ -56,7 +58,8 @@ void time_one(const std::string& label, const vision::RgbImage& im, const Vision
 }  // namespace
 
 void run_vision_bench(const VisionBenchOptions& o) {
-  if (o.images.empty() && o.sizes.empty()) throw Error("bench vision: give --image FILE or --size WxH (or both)");
+  if (o.images.empty() && o.sizes.empty() && o.videos.empty())
+    throw Error("bench vision: give --image FILE, --size WxH or --video FILE");
   if (o.repeats < 1) throw Error("bench vision: --repeats must be at least 1");
   if (o.threads > 0) omp_set_num_threads(o.threads);
   const ModelConfig mc = ModelConfig::from_dir(o.model_dir);
@@ -79,6 +82,41 @@ void run_vision_bench(const VisionBenchOptions& o) {
     std::printf("%s: %dx%d, decoded in %.1f ms; peak RSS %.1f MiB before, %.1f MiB after the decode (+%.1f)\n",
                 f.c_str(), im.width, im.height, t1 - t0, rss0, rss1, rss1 - rss0);
     time_one(f.substr(f.rfind('/') + 1), im, tower, o.repeats);
+  }
+  vision::ProcessorConfig pc;
+  vision::VideoOptions vo;
+  vision::apply_mm_processor_kwargs(o.mm_processor_kwargs, pc, vo);
+  for (const auto& f : o.videos) {
+    std::ifstream in(f, std::ios::binary);
+    if (!in) throw Error("bench vision: cannot read " + f);
+    const std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), {});
+    vision::DecodeLimits lim;
+    lim.max_bytes = std::max(lim.max_bytes, bytes.size());
+    std::vector<double> pre, enc;
+    int64_t tokens = 0;
+    for (int r = 0; r < o.repeats; ++r) {
+      const double rss0 = peak_rss_mib(), t0 = now_ms();
+      const vision::PreparedVideo pv = vision::preprocess_video(bytes.data(), bytes.size(), lim, pc, vo, true);
+      const double t1 = now_ms(), rss1 = peak_rss_mib();
+      if (r == 0)
+        std::printf("%s: %dx%d at %.3g fps, %lld frames read, %zu sampled -> %dx%d, grid %dx%dx%d; peak RSS %.1f MiB "
+                    "before, %.1f MiB after decode+preprocess (+%.1f)\n",
+                    f.c_str(), pv.info.width, pv.info.height, pv.info.fps, (long long)pv.info.frames_read,
+                    pv.indices.size(), pv.resized_width, pv.resized_height, pv.patches.grid_t, pv.patches.grid_h,
+                    pv.patches.grid_w, rss0, rss1, rss1 - rss0);
+      if (!o.preprocess_only)
+        tower.forward(pv.patches.values.data(), {{pv.patches.grid_t, pv.patches.grid_h, pv.patches.grid_w}});
+      const double t2 = now_ms();
+      tokens = pv.patches.num_merged(2);
+      pre.push_back(t1 - t0);
+      enc.push_back(t2 - t1);
+    }
+    std::sort(pre.begin(), pre.end());
+    std::sort(enc.begin(), enc.end());
+    std::printf("%-22s -> %5lld tokens | decode+preprocess ms median %.1f (%.1f-%.1f) | encoder ms median %.1f "
+                "(%.1f-%.1f) | peak RSS %.1f MiB\n",
+                f.substr(f.rfind('/') + 1).c_str(), (long long)tokens, pre[pre.size() / 2], pre.front(), pre.back(),
+                enc[enc.size() / 2], enc.front(), enc.back(), peak_rss_mib());
   }
   for (const auto& s : o.sizes) {
     int w = 0, h = 0;

@@ -105,10 +105,14 @@ void register_bench(CLI::App& app) {
   });
 
   auto vo = std::make_shared<bench::VisionBenchOptions>();
-  CLI::App* v = b->add_subcommand("vision", "Time image preprocessing and the vision tower's encoder per image size");
+  CLI::App* v = b->add_subcommand("vision", "Time image and video preprocessing and the vision tower's encoder");
   v->add_option("--model", vo->model_dir, "Model directory (with a vision tower)")->required();
   v->add_option("--image", vo->images, "Image file(s) to decode, preprocess and encode");
   v->add_option("--size", vo->sizes, "Synthetic image size(s) WxH, e.g. 448x448 1344x896");
+  v->add_option("--video", vo->videos, "Video file(s) to decode, sample, preprocess and encode");
+  v->add_flag("--preprocess-only", vo->preprocess_only, "Videos: decode and preprocess only (no encoder)");
+  v->add_option("--mm-processor-kwargs", vo->mm_processor_kwargs,
+                "Processor options as serve's flag (fps, max_frames, total_pixels, max_duration, min/max_pixels)");
   v->add_option("--repeats", vo->repeats, "Timed repetitions per image (median and range printed)")->capture_default_str();
   v->add_option("--threads", vo->threads, "Threads (0: OpenMP default)")->capture_default_str();
   v->callback([vo] { bench::run_vision_bench(*vo); });

@@ -14,6 +14,7 @@
 #include <random>
 #include <sstream>
 
+#include "cli/chat_template_file.h"
 #include "cli/commands.h"
 #include "cli/engine_flags.h"
 #include "engine/engine.h"
@@ -86,28 +87,6 @@ std::string default_model_dir() {
     if (fs::exists(c / "config.json")) return c.string();
   throw Error("no MODEL given and no demo model found at models/demo (looked in the current directory and next to "
               "the binary); pass the checkpoint directory: m3serve serve MODEL");
-}
-
-// --chat-template FILE (or inline template text, as vLLM allows), else the checkpoint's.
-std::string load_template(const std::string& flag, const std::string& dir) {
-  if (!flag.empty()) {
-    if (fs::exists(flag)) return read_file(flag);
-    if (flag.find("{{") != std::string::npos || flag.find("{%") != std::string::npos) return flag;
-    throw Error("--chat-template: " + flag + " is neither a file nor a template");
-  }
-  if (fs::exists(fs::path(dir) / "chat_template.jinja")) return read_file(fs::path(dir) / "chat_template.jinja");
-  const fs::path tc = fs::path(dir) / "tokenizer_config.json";
-  if (fs::exists(tc)) {
-    auto j = nlohmann::json::parse(read_file(tc), nullptr, false);
-    if (j.is_object() && j.contains("chat_template")) {
-      const auto& t = j["chat_template"];
-      if (t.is_string()) return t.get<std::string>();
-      if (t.is_array())
-        for (auto& e : t)
-          if (e.value("name", "") == "default" && e.contains("template")) return e["template"].get<std::string>();
-    }
-  }
-  return {};
 }
 
 void apply_generation_config(const std::string& dir, server::ServerContext& ctx) {
@@ -221,6 +200,12 @@ void run_serve(ServeOpts& o, CLI::App* sub) {
     std::fprintf(stderr, "[m3serve] vision tower: %d layers, hidden %d; at most %lld image(s) per prompt; %lld-%lld pixels\n",
                  vc.layers, vc.hidden, (long long)ctx.media.limit_image, (long long)image_encoder->processor().min_pixels,
                  (long long)image_encoder->processor().max_pixels);
+    const vision::VideoOptions& vo = image_encoder->video();
+    std::fprintf(stderr,
+                 "[m3serve] video: at most %lld per prompt; %.3g fps sampled, up to %.0f s, %lld frames, %lld-%lld pixels "
+                 "a frame, %lld pixels in all\n",
+                 (long long)ctx.media.limit_video, vo.fps, vo.max_duration, (long long)vo.max_frames,
+                 (long long)vo.min_pixels, (long long)vo.max_pixels, (long long)vo.total_pixels);
   } else if (o.language_model_only) {
     std::fprintf(stderr, "[m3serve] --language-model-only: vision tower not loaded; image parts are refused\n");
   }
@@ -309,7 +294,7 @@ void run_serve(ServeOpts& o, CLI::App* sub) {
   ctx.vocab = model.config().vocab;
   if (tok.bos_id() >= 0) ctx.bos_token = tok.token_bytes(tok.bos_id());
   if (tok.eos_id() >= 0) ctx.eos_token = tok.token_bytes(tok.eos_id());
-  const std::string tmpl = load_template(o.chat_template, dirs.tokenizer);
+  const std::string tmpl = load_chat_template(o.chat_template, dirs.tokenizer);
   if (!tmpl.empty()) ctx.chat_template = std::make_shared<chat::ChatTemplate>(tmpl);
   else std::fprintf(stderr, "[m3serve] warning: no chat template; /v1/chat/completions will answer 400\n");
   apply_generation_config(dir, ctx);
@@ -499,9 +484,10 @@ void register_serve(CLI::App& app) {
   sub->add_flag("--enforce-eager", o->enforce_eager, "Not applicable");
   sub->add_flag("--kv-cache-metrics", o->kv_cache_metrics, "Not applicable");
   sub->add_option("--limit-mm-per-prompt", o->limit_mm,
-                  "Images per chat prompt, vLLM's JSON '{\"image\": N}' (default 999); video and audio only as 0");
+                  "Images and videos per chat prompt, vLLM's JSON '{\"image\": N, \"video\": M}' (default 999 each); audio only as 0");
   sub->add_option("--mm-processor-kwargs", o->mm_processor_kwargs,
-                  "Image processor options as JSON: '{\"min_pixels\": N, \"max_pixels\": M}' (other keys refused)");
+                  "Image and video processor options as JSON: '{\"min_pixels\": N, \"max_pixels\": M, \"fps\": F, "
+                  "\"max_frames\": N, \"total_pixels\": N, \"max_duration\": S}' (other keys refused)");
   sub->add_option("--mm-processor-cache-gb", o->mm_processor_cache_gb,
                   "GiB of encoded images kept by content, so a resent image skips decoding and the vision tower "
                   "(default 4; 0: no cache)")

@@ -206,9 +206,11 @@ void Engine::enable_remote_prefill() {
   sched_->set_remote_importer(importer_.get());
 }
 
-void Engine::verify_remote(const std::vector<int32_t>& prompt, RemotePrefill& rp) const {
+void Engine::verify_remote(const std::vector<int32_t>& prompt, const std::vector<MultimodalSpan>& mm,
+                           RemotePrefill& rp) const {
   if (!codec_) return;
-  const std::vector<TransferPage> chain = transfer_chain(prompt, block_size_);
+  const std::vector<TransferPage> chain =
+      transfer_chain(prompt, block_size_, mm_page_salts(mm, int64_t(prompt.size()), block_size_));
   size_t i = 0;
   while (i < rp.pages() && i < chain.size() &&
          codec_->verify(rp.blob(i), chain[i].hash, chain[i].parent, chain[i].tokens.data()).empty())
@@ -249,7 +251,8 @@ void Engine::lease_pages(Sequence* s, RequestOutput& out) {
   for (int32_t b : pages) blocks_->retain(b);
   KvLeaseInfo info;
   info.block_ids = pages;
-  info.request_id = leases_->grant(std::move(pages), transfer_chain(s->prompt, block_size_),
+  info.request_id = leases_->grant(std::move(pages),
+                                   transfer_chain(s->prompt, block_size_, mm_page_salts(s->mm, P, block_size_)),
                                    std::chrono::steady_clock::now());
   out.kv_lease = std::move(info);
 }

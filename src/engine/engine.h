@@ -169,7 +169,8 @@ class Engine {
   // Verifies pulled pages against `prompt` (header and checksum) on the calling thread, so that the
   // engine thread only copies them in: the checksum of a long prompt's pages would stall every other
   // request's step. Thread-safe once enable_remote_prefill ran (the codec is only read).
-  void verify_remote(const std::vector<int32_t>& prompt, RemotePrefill& rp) const;
+  // mm: the request's images (their hashes name the pages that hold them).
+  void verify_remote(const std::vector<int32_t>& prompt, const std::vector<MultimodalSpan>& mm, RemotePrefill& rp) const;
   // Timers the engine loop drives without work: returns expired and read leases' pages to the pool.
   void housekeeping();
   std::optional<std::chrono::steady_clock::time_point> next_timer() const;

@@ -4,10 +4,11 @@
 #include <random>
 
 #include "engine/block_pool.h"
+#include "engine/hash64.h"
 
 namespace m3 {
 
-std::vector<TransferPage> transfer_chain(const std::vector<int32_t>& tokens, int B) {
+std::vector<TransferPage> transfer_chain(const std::vector<int32_t>& tokens, int B, const std::vector<uint64_t>& page_salts) {
   std::vector<TransferPage> out;
   uint64_t parent = 0;
   for (size_t start = 0; start < tokens.size(); start += size_t(B)) {
@@ -16,6 +17,8 @@ std::vector<TransferPage> transfer_chain(const std::vector<int32_t>& tokens, int
     for (size_t j = 0; j < size_t(B) && start + j < tokens.size(); ++j) p.tokens[j] = tokens[start + j];
     p.parent = parent;
     p.hash = hash_block(parent, p.tokens.data(), B);
+    const size_t i = start / size_t(B);
+    if (i < page_salts.size() && page_salts[i]) p.hash = mix64(p.hash ^ page_salts[i]);
     parent = p.hash;
     out.push_back(std::move(p));
   }

@@ -23,8 +23,12 @@ struct TransferPage {
   uint64_t hash = 0, parent = 0;
   std::vector<int32_t> tokens;  // block_size ids, -1 past the prompt's end
 };
-// The pages holding positions [0, n_tokens) of `tokens`, block_size each.
-std::vector<TransferPage> transfer_chain(const std::vector<int32_t>& tokens, int block_size);
+// The pages holding positions [0, n_tokens) of `tokens`, block_size each. page_salts (mm_page_salts: the
+// images' hashes of each page, 0 for none) salt the hashes as the prefix cache does (Scheduler::page_hash),
+// so a page of image tokens is named by its image too: pulled pages are published under the hash a
+// local request with the same image looks up, and a decode request with another image never takes them.
+std::vector<TransferPage> transfer_chain(const std::vector<int32_t>& tokens, int block_size,
+                                         const std::vector<uint64_t>& page_salts = {});
 
 // The pages a decode engine pulled from a prefill engine, one blob per page of the prompt (kv_page_codec
 // format), back to back in one buffer (the transfer reads them into it in place), handed to

@@ -102,7 +102,7 @@ int64_t Scheduler::prefix_hit(Sequence* s) {
 int64_t Scheduler::remote_hit(Sequence* s) {
   const int B = cfg_.block_size;
   const int64_t P = int64_t(s->prompt.size());
-  const std::vector<TransferPage> chain = transfer_chain(s->prompt, B);
+  const std::vector<TransferPage> chain = transfer_chain(s->prompt, B, mm_page_salts(s->mm, int64_t(s->prompt.size()), B));
   // The last prompt token is computed here again (its logits give the first token, as in vLLM), so the
   // page it lands in is not published before that step: pages entirely before it are.
   const size_t publish = size_t((P - 1) / B);

@@ -22,7 +22,16 @@ std::vector<int32_t> Sequence::all_tokens() const {
   return t;
 }
 
-uint64_t Sequence::mm_salt(int64_t first, int64_t n) const {
+uint64_t Sequence::mm_salt(int64_t first, int64_t n) const { return m3::mm_salt(mm, first, n); }
+
+std::vector<uint64_t> mm_page_salts(const std::vector<MultimodalSpan>& mm, int64_t n_tokens, int B) {
+  std::vector<uint64_t> out;
+  if (mm.empty()) return out;
+  for (int64_t first = 0; first < n_tokens; first += B) out.push_back(mm_salt(mm, first, B));
+  return out;
+}
+
+uint64_t mm_salt(const std::vector<MultimodalSpan>& mm, int64_t first, int64_t n) {
   uint64_t salt = 0;
   for (const auto& m : mm)
     if (m.offset < first + n && first < m.offset + m.count) salt = mix64(salt ^ m.hash ^ uint64_t(m.offset));

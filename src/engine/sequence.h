@@ -24,6 +24,12 @@ struct MultimodalSpan {
   std::shared_ptr<const std::vector<float>> embeds;  // [count, hidden]
 };
 
+// The combined hash of the spans overlapping tokens [first, first + n); 0 when none. It salts the
+// prefix-cache hash of a page holding image tokens (and the P/D transfer chain's, kv_lease.h).
+uint64_t mm_salt(const std::vector<MultimodalSpan>& mm, int64_t first, int64_t n);
+// mm_salt of each block_size page of an n_tokens prompt (empty when there are no spans).
+std::vector<uint64_t> mm_page_salts(const std::vector<MultimodalSpan>& mm, int64_t n_tokens, int block_size);
+
 enum class FinishReason { None, Stop, Length, Abort, Error };
 const char* finish_reason_name(FinishReason r);
 

@@ -139,7 +139,9 @@ void Speculator::propose(const std::vector<ScheduledChunk>& plan) {
     const ScheduledChunk& c = plan[i];
     if (!c.spec) continue;
     views_[i] = std::make_unique<PagedKV>(*kv_, c.seq->blocks, c.start);
-    queries_.push_back({views_[i].get(), c.seq->token(c.start), c.start});
+    // An image placeholder anchor (the prompt's last token) is fed its image embedding, as the target is.
+    const float* embed = c.seq->mm.empty() ? nullptr : c.seq->mm_embed(c.start, draft_->config().hidden);
+    queries_.push_back({views_[i].get(), c.seq->token(c.start), c.start, embed});
     kmax = std::max(kmax, int(c.spec));
   }
   if (queries_.empty()) return;

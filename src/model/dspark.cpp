@@ -264,7 +264,10 @@ void DSparkDraft::propose(const DraftQuery* queries, int nq, int nslots, float* 
   for (int qi = 0; qi < nq; ++qi)
     for (int j = 0; j < S; ++j) {
       const int64_t r = int64_t(qi) * S + j;
-      embedding_row(emb, j == 0 ? queries[qi].anchor : cfg_.noise_token, H, &x_[size_t(r * H)]);
+      if (j == 0 && queries[qi].anchor_embed)
+        std::copy(queries[qi].anchor_embed, queries[qi].anchor_embed + H, &x_[size_t(r * H)]);
+      else
+        embedding_row(emb, j == 0 ? queries[qi].anchor : cfg_.noise_token, H, &x_[size_t(r * H)]);
       rope_table(queries[qi].pos + j, cfg_.rotary_dim, cfg_.rope_theta, &cos_[size_t(r * half)], &sin_[size_t(r * half)]);
     }
   const float scale = 1.0f / std::sqrt(float(D));

@@ -51,11 +51,16 @@ struct DraftContextRows {
 };
 
 // One sequence's draft block: the anchor (last sampled, not yet verified token) at position `pos`;
-// its context is kv positions [0, pos).
+// its context is kv positions [0, pos). anchor_embed: the anchor's input embedding when it is not the
+// token's row (an image placeholder, whose embedding is the image's: the target reads that one, and so
+// does the draft, as vLLM's EAGLE drafters take the target's inputs_embeds); null: the anchor's row.
+// The anchor is a prompt token only when the prompt's last token is computed in a decode step (a prefix
+// hit or pulled P/D pages hold all the rest).
 struct DraftQuery {
   const KVView* kv;
   int32_t anchor;
   int64_t pos;
+  const float* anchor_embed = nullptr;
 };
 
 class DSparkDraft {

@@ -10,6 +10,7 @@
 #include "model/vision_tower.h"
 #include "vision/image_decode.h"
 #include "vision/processor_options.h"
+#include "vision/video_preprocess.h"
 
 namespace m3 {
 
@@ -37,7 +38,9 @@ ImageEncoder::ImageEncoder(const std::string& dir, int text_hidden, const std::s
   if (std::ifstream pf(dir + "/preprocessor_config.json"); pf)
     vision::apply_preprocessor_config(std::string((std::istreambuf_iterator<char>(pf)), {}),
                                       dir + "/preprocessor_config.json", pc_);
-  vision::apply_mm_processor_kwargs(mm_processor_kwargs, pc_);
+  // The video processor shares the patch geometry and normalisation; its own pixel bounds stay its defaults
+  // unless --mm-processor-kwargs sets them.
+  vision::apply_mm_processor_kwargs(mm_processor_kwargs, pc_, vo_);
   store_ = std::make_unique<TensorStore>(dir);
   tower_ = std::make_unique<VisionTower>(cfg_, *store_);
 }
@@ -109,6 +112,39 @@ EncodedImage ImageEncoder::encode(const uint8_t* data, size_t n, const vision::D
   if (int64_t(out.size()) != e.tokens * cfg_.text_hidden)
     throw Error("vision tower: " + std::to_string(out.size()) + " values for " + std::to_string(e.tokens) +
                 " tokens of width " + std::to_string(cfg_.text_hidden));
+  e.embeds = std::make_shared<const std::vector<float>>(std::move(out));
+  remember(key, e);
+  return e;
+}
+
+}  // namespace m3
+
+namespace m3 {
+
+EncodedImage ImageEncoder::encode_video(const uint8_t* data, size_t n, const vision::DecodeLimits& limits,
+                                        bool embed) const {
+  EncodedImage e;
+  e.hash = hash_bytes(data, n);
+  // An image and a video never share bytes that both decode, but keep the keys apart anyway.
+  const CacheKey key{e.hash ^ 0x766964656fULL, n};
+  if (cached(key, &e)) return e;
+  const vision::PreparedVideo pv = vision::preprocess_video(data, n, limits, pc_, vo_, embed);
+  e.video = true;
+  e.width = pv.info.width;
+  e.height = pv.info.height;
+  e.grid_t = pv.patches.grid_t;
+  e.tokens_per_group = pv.tokens_per_group(pc_.merge_size);
+  e.tokens = int64_t(e.grid_t) * e.tokens_per_group;
+  e.timestamps = pv.timestamps;
+  if (!embed) return e;
+  std::vector<float> out;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    out = tower_->forward(pv.patches.values.data(), {VisionGrid{pv.patches.grid_t, pv.patches.grid_h, pv.patches.grid_w}});
+  }
+  if (int64_t(out.size()) != e.tokens * cfg_.text_hidden)
+    throw Error("vision tower: " + std::to_string(out.size()) + " values for " + std::to_string(e.tokens) +
+                " video tokens of width " + std::to_string(cfg_.text_hidden));
   e.embeds = std::make_shared<const std::vector<float>>(std::move(out));
   remember(key, e);
   return e;

@@ -1,4 +1,4 @@
-// ImageEncoder: the model-level "encode an image" API the server calls for chat image parts: encoded
+// ImageEncoder: the model-level "encode an image" (and "encode a video") API the server calls for chat image parts: encoded
 // bytes -> decode (vision/image_decode.h) -> M3 preprocessing (vision/preprocess.h) -> the vision tower
 // (model/vision_tower.h) -> the merged embeddings that replace the image's placeholder tokens. It keeps
 // kernels and weights out of the server; the engine only ever sees the resulting embeddings.
@@ -14,6 +14,7 @@
 #include "model/vision_config.h"
 #include "vision/image.h"
 #include "vision/preprocess.h"
+#include "vision/video_sampling.h"
 
 namespace m3 {
 
@@ -25,6 +26,12 @@ struct EncodedImage {
   int64_t tokens = 0;         // merged tokens = placeholder tokens in the prompt
   uint64_t hash = 0;          // of the encoded bytes (prefix-cache salt: the same image shares KV)
   std::shared_ptr<const std::vector<float>> embeds;  // [tokens, text_hidden]; null when not embedded
+  // A video: grid_t temporal groups of tokens_per_group tokens each (tokens = their product), and the
+  // seconds of each group's first frame (the prompt's timestamp text). An image: grid_t 1, no timestamps.
+  bool video = false;
+  int grid_t = 1;
+  int64_t tokens_per_group = 0;
+  std::vector<double> timestamps;
 };
 
 class ImageEncoder {
@@ -39,16 +46,22 @@ class ImageEncoder {
   void set_cache_bytes(size_t bytes);
   int64_t cache_hits() const;
   const vision::ProcessorConfig& processor() const { return pc_; }
+  const vision::VideoOptions& video() const { return vo_; }
   ~ImageEncoder();
 
   const VisionConfig& config() const { return cfg_; }
   // Decodes and preprocesses; with embed, runs the tower too (serialised: the tower's kernels use every
   // thread already). Throws m3::Error for a bad image (corrupt, truncated, too large, unsupported).
   EncodedImage encode(const uint8_t* data, size_t n, const vision::DecodeLimits& limits, bool embed) const;
+  // The same for a video (vision/video_preprocess.h): sampled frames in temporal pairs through the tower
+  // (segments of config().segment_max_frames groups). Cached like images, by content. Throws m3::Error
+  // for a bad video (corrupt, truncated, no frames, unsupported codec, too long or too large).
+  EncodedImage encode_video(const uint8_t* data, size_t n, const vision::DecodeLimits& limits, bool embed) const;
 
  private:
   VisionConfig cfg_;
   vision::ProcessorConfig pc_;
+  vision::VideoOptions vo_;
   std::unique_ptr<TensorStore> store_;
   std::unique_ptr<VisionTower> tower_;
   mutable std::mutex mu_;

@@ -25,6 +25,8 @@ VisionConfig VisionConfig::from_json_text(const std::string& text, const std::st
   v.intermediate = geti(vc, "intermediate_size", "vision_config.");
   v.patch_size = geti(vc, "patch_size", "vision_config.");
   if (vc.contains("layer_norm_eps")) v.layer_norm_eps = vc["layer_norm_eps"].get<float>();
+  if (vc.contains("vision_segment_max_frames") && !vc["vision_segment_max_frames"].is_null())
+    v.segment_max_frames = geti(vc, "vision_segment_max_frames", "vision_config.");
   if (vc.contains("rope_theta")) v.rope_theta = vc["rope_theta"].get<double>();
   const nlohmann::json* comp = vc.contains("img_token_compression_config") ? &vc["img_token_compression_config"]
                                : j.contains("img_token_compression_config") ? &j["img_token_compression_config"]

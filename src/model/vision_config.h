@@ -22,6 +22,9 @@ struct VisionConfig {
   int text_hidden = 0;       // output width of the merge MLP (the text hidden size)
   int32_t image_token_id = 200025;
   int32_t video_token_id = 200026;
+  // vision_config.vision_segment_max_frames: a video's attention segments hold at most this many temporal
+  // groups (vLLM's _apply_max_frames_limit; the 3-D RoPE t restarts in each). 0: absent, one segment.
+  int segment_max_frames = 0;
 
   // 3-D RoPE: head_dim / 6 frequencies per axis (80 -> 13), 6 * that many dims rotated (78), the rest
   // passed through (model.md 9.5).

@@ -3,6 +3,7 @@
 // attention accumulations are fp32.
 #include "model/vision_tower.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -49,6 +50,18 @@ void affine(const Linear& W, const std::vector<float>& b, const float* x, int64_
 }
 
 }  // namespace
+
+std::vector<VisionGrid> attention_segments(const std::vector<VisionGrid>& grids, int max_frames) {
+  std::vector<VisionGrid> out;
+  for (const auto& g : grids) {
+    if (max_frames <= 0 || g.t <= max_frames) {
+      out.push_back(g);
+      continue;
+    }
+    for (int t0 = 0; t0 < g.t; t0 += max_frames) out.push_back({std::min(max_frames, g.t - t0), g.h, g.w});
+  }
+  return out;
+}
 
 VisionTower::VisionTower(const VisionConfig& cfg, const TensorStore& store) : cfg_(cfg) {
   if (!cfg.present) throw Error(store.dir() + ": config.json has no vision_config (no vision tower to load)");
@@ -110,6 +123,29 @@ std::vector<float> VisionTower::forward(const float* patches, const std::vector<
                   " (expected positive sides, h and w multiples of " + std::to_string(M) + ")");
     T += g.patches();
   }
+  // From here on a video is its attention segments: RoPE t and the attention scope are per segment.
+  const std::vector<VisionGrid> segs = attention_segments(grids, cfg_.segment_max_frames);
+  // Segments share nothing (attention stays inside one; the rest is per patch, the merge per 2x2 window),
+  // so a long batch runs a few segments at a time: the activations (about 100 bytes per patch per unit of
+  // hidden width) stay bounded by kPassPatches or one segment, not by the whole video.
+  if (segs.size() > 1 && T > kPassPatches) {
+    std::vector<float> out;
+    out.reserve(size_t(T / (M * M)) * size_t(cfg_.text_hidden));
+    size_t i = 0;
+    const float* p = patches;
+    while (i < segs.size()) {
+      std::vector<VisionGrid> pass;
+      int64_t n = 0;
+      do {
+        n += segs[i].patches();
+        pass.push_back(segs[i++]);
+      } while (i < segs.size() && n + segs[i].patches() <= kPassPatches);
+      const std::vector<float> part = forward(p, pass);  // each of these is one segment: no further split
+      out.insert(out.end(), part.begin(), part.end());
+      p += size_t(n) * size_t(cfg_.patch_dim());
+    }
+    return out;
+  }
   // 3-D RoPE tables per patch: positions (t, h, w) in merge-window order, cos/sin over rope_dims.
   const int F = cfg_.rope_freqs(), R = cfg_.rope_dims(), half = R / 2;
   std::vector<float> cosv(size_t(T) * half), sinv(size_t(T) * half);
@@ -117,7 +153,7 @@ std::vector<float> VisionTower::forward(const float* patches, const std::vector<
   for (int i = 0; i < F; ++i) inv_freq[size_t(i)] = std::pow(cfg_.rope_theta, -2.0 * i / (2.0 * F));
   {
     int64_t p = 0;
-    for (const auto& g : grids)
+    for (const auto& g : segs)
       for (int t = 0; t < g.t; ++t)
         for (int bh = 0; bh < g.h / M; ++bh)
           for (int bw = 0; bw < g.w / M; ++bw)
@@ -155,11 +191,11 @@ std::vector<float> VisionTower::forward(const float* patches, const std::vector<
             z[i] = a * c - b * s;
             z[i + half] = b * c + a * s;
           }
-    // Bidirectional attention within each image, one head at a time as two matmuls through the shared
+    // Bidirectional attention within each image or video segment, one head at a time as two matmuls through the shared
     // linear kernels (speed: the scalar loop this replaced ran the mid tower's 448x448 encoder 5x slower):
     // S = Q_h K_h^T (K_h as an F32 [n, D] weight), row softmax in fp32, O_h = P V_h (V_h^T as [D, n]).
     int64_t off = 0;
-    for (const auto& g : grids) {
+    for (const auto& g : segs) {
       const int64_t n = g.patches();
       kh.resize(size_t(n * D));
       qh.resize(size_t(n * D));

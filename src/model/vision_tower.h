@@ -18,14 +18,23 @@ struct VisionGrid {
   int64_t patches() const { return int64_t(t) * h * w; }
 };
 
+// The attention segments of a batch of grids: each grid, with grid t split into runs of at most
+// max_frames temporal groups (0: no split).
+std::vector<VisionGrid> attention_segments(const std::vector<VisionGrid>& grids, int max_frames);
+
 class VisionTower {
  public:
   VisionTower(const VisionConfig& cfg, const TensorStore& store);
 
   const VisionConfig& config() const { return cfg_; }
+  // A batch of more patches than this runs a pass of whole attention segments at a time (forward()).
+  static constexpr int64_t kPassPatches = 8192;
 
-  // patches: [sum of grids' patches, patch_dim] in merge-window order (vision/preprocess.h), images one
-  // after the other. Returns [sum of patches / 4, text_hidden] merged embeddings, images in order.
+  // patches: [sum of grids' patches, patch_dim] in merge-window order (vision/preprocess.h), images and
+  // videos one after the other (a video: grid t temporal groups, each group's patches contiguous).
+  // Returns [sum of patches / 4, text_hidden] merged embeddings, in order. A video of more than
+  // config().segment_max_frames groups attends in segments of at most that many groups, RoPE t counted
+  // from 0 in each (vLLM's _apply_max_frames_limit).
   std::vector<float> forward(const float* patches, const std::vector<VisionGrid>& grids) const;
 
  private:

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <random>
+#include <utility>
 
 #include "server/openai_response.h"
 #include "server/request_fields.h"
@@ -19,6 +20,20 @@ ApiError rename_error(const ApiError& e, const FieldNames& names) {
       msg.replace(at, q.size(), "'" + api + "'");
   }
   return ApiError(e.status, msg, param);
+}
+
+void ChatContent::add_image(const std::string& url, const std::string& where, std::vector<std::string>& names) {
+  if (!text_.empty()) parts_.push_back({{"type", "text"}, {"text", std::exchange(text_, "")}});
+  parts_.push_back({{"type", "image_url"}, {"image_url", {{"url", url}}}});
+  names.push_back(where);
+  images_ = true;
+}
+
+ojson ChatContent::take() {
+  if (!images_) return std::exchange(text_, "");
+  if (!text_.empty()) parts_.push_back({{"type", "text"}, {"text", std::exchange(text_, "")}});
+  images_ = false;
+  return std::exchange(parts_, ojson::array());
 }
 
 IdMaker random_ids() {

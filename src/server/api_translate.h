@@ -99,6 +99,22 @@ std::string required_string(const ojson& o, const char* key, const std::string& 
 ojson flat_tools_to_chat(const ojson& tools, const char* served_type, const char* schema_key, bool schema_required,
                          const char* served);
 
+// A chat message's content rebuilt from an API's blocks, in order: the text string when there are no
+// images (as before images were served), else chat parts (text, and image_url for each image), which
+// the chat path collects as a chat request's images. `names` (one per image, in order: how the API's
+// client calls the part, e.g. "input[0].content[1]") is handed to parse_chat_request for its errors.
+class ChatContent {
+ public:
+  void add_text(const std::string& t) { text_ += t; }
+  void add_image(const std::string& url, const std::string& where, std::vector<std::string>& names);
+  ojson take();
+
+ private:
+  std::string text_;
+  ojson parts_ = ojson::array();
+  bool images_ = false;
+};
+
 // `event: NAME` + `data: JSON` (both APIs name their events; the SDKs read either line).
 std::string sse_named(const std::string& name, const ojson& data);
 

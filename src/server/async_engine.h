@@ -66,7 +66,9 @@ class AsyncEngine {
   void stop();
   bool alive() const;
   // P/D: verifies pulled pages on the calling thread (Engine::verify_remote; thread-safe).
-  void verify_remote(const std::vector<int32_t>& prompt, RemotePrefill& rp) const { engine_.verify_remote(prompt, rp); }
+  void verify_remote(const std::vector<int32_t>& prompt, const std::vector<MultimodalSpan>& mm, RemotePrefill& rp) const {
+    engine_.verify_remote(prompt, mm, rp);
+  }
   // Wakes the engine thread for its timers (a KV lease read by another engine: its pages go back).
   void poke();
   EngineStats stats() const;

@@ -119,12 +119,13 @@ ojson kv_params_json(const Call& c, const ServerContext& ctx) {
 // (on this worker thread, off the engine's). A refusal is the client's fault (400); a broken transfer
 // follows kv_load_failure_policy: recompute the prompt here, or fail the request.
 std::shared_ptr<const RemotePrefill> pull_remote_prefill(AsyncEngine& ae, const ServerContext& ctx, const RemoteKvRef& ref,
-                                                         const std::vector<int32_t>& prompt) {
+                                                         const std::vector<int32_t>& prompt,
+                                                         const std::vector<MultimodalSpan>& mm) {
   auto rp = std::make_shared<RemotePrefill>();
   rp->source = ref.host + ":" + std::to_string(ref.port);
   const FetchResult r = ctx.kv_fetcher->fetch(ref, *rp);
   if (r.status == FetchStatus::Ok) {
-    ae.verify_remote(prompt, *rp);  // here, on this worker thread: the engine thread only copies
+    ae.verify_remote(prompt, mm, *rp);  // here, on this worker thread: the engine thread only copies
     return rp;
   }
   if (r.status == FetchStatus::Refused)
@@ -145,7 +146,7 @@ std::shared_ptr<Call> start_call(AsyncEngine& ae, const ServerContext& ctx, Pars
   c->model = c->pr.model;
   c->created = now_s();
   std::shared_ptr<const RemotePrefill> remote;
-  if (c->pr.kv_remote) remote = pull_remote_prefill(ae, ctx, *c->pr.kv_remote, c->pr.prompts.at(0));
+  if (c->pr.kv_remote) remote = pull_remote_prefill(ae, ctx, *c->pr.kv_remote, c->pr.prompts.at(0), c->pr.mm);
   std::vector<EngineRequest> reqs;
   for (size_t p = 0; p < c->pr.prompts.size(); ++p) {
     for (int j = 0; j < c->pr.n; ++j) {
@@ -502,10 +503,10 @@ enum class Route { Health, Version, Models, Metrics, Chat, Completions, Tokenize
 // errors naming the API's fields; make_output(model) makes the translator of its output.
 template <class MakeOutput>
 std::shared_ptr<Call> start_api_call(AsyncEngine& ae, const ServerContext& ctx, const RequestLimits& lim,
-                                     const ojson& chat, const FieldNames& names, const char* prefix,
-                                     MakeOutput make_output) {
+                                     const ojson& chat, const std::vector<std::string>& image_names,
+                                     const FieldNames& names, const char* prefix, MakeOutput make_output) {
   try {
-    ParsedRequest pr = parse_chat_request(chat, ctx);
+    ParsedRequest pr = parse_chat_request(chat, ctx, &image_names);
     check_request_limits(pr, lim);
     std::unique_ptr<ApiOutput> api = make_output(pr.model);
     std::shared_ptr<Call> c = start_call(ae, ctx, std::move(pr), prefix);
@@ -955,24 +956,28 @@ class Conn : public std::enable_shared_from_this<Conn> {
         case Route::Responses: {
           ResponsesRequest rr = responses_to_chat(parse_body(req.body()));
           const Tokenizer* tok = ctx.tok;
-          respond(start_api_call(srv_.ae, ctx, opt_.limits, rr.chat, responses_field_names(), "resp_", [&](std::string model) {
+          respond(start_api_call(srv_.ae, ctx, opt_.limits, rr.chat, rr.image_names, responses_field_names(), "resp_",
+                                 [&](std::string model) {
             return make_responses_output(std::move(rr.echo), std::move(model), now_s(), random_ids(),
                                          [tok](const std::string& t) { return int64_t(tok->encode(t, false).size()); });
           }));
           return;
         }
-        case Route::Messages:
-          respond(start_api_call(srv_.ae, ctx, opt_.limits, messages_to_chat(parse_body(req.body())),
-                                 messages_field_names(), "msg_",
+        case Route::Messages: {
+          std::vector<std::string> image_names;
+          const ojson chat = messages_to_chat(parse_body(req.body()), false, &image_names);
+          respond(start_api_call(srv_.ae, ctx, opt_.limits, chat, image_names, messages_field_names(), "msg_",
                                  [](std::string model) { return make_messages_output(std::move(model), random_ids()); }));
           return;
+        }
         case Route::CountTokens: {
           // The prompt exactly as /v1/messages would serve it (a forced tool-call opener included): the
           // request parsed as chat, not run.
-          const ojson chat = messages_to_chat(parse_body(req.body()), true);
+          std::vector<std::string> image_names;
+          const ojson chat = messages_to_chat(parse_body(req.body()), true, &image_names);
           ParsedRequest pr;
           try {
-            pr = parse_chat_request(chat, ctx);
+            pr = parse_chat_request(chat, ctx, &image_names);
           } catch (const ApiError& e) {
             throw rename_error(e, messages_field_names());
           }

@@ -28,11 +28,13 @@ void parse_limit_mm(const std::string& text, MediaOptions& opt) {
     const int64_t n = v.get<int64_t>();
     if (it.key() == "image") {
       opt.limit_image = n;
-    } else if (it.key() == "video" || it.key() == "audio") {
+    } else if (it.key() == "video") {
+      opt.limit_video = n;
+    } else if (it.key() == "audio") {
       // A limit of 0 says "none", which is what this server takes; anything more is refused by name.
       if (n > 0)
         throw Error("--limit-mm-per-prompt: \"" + it.key() + "\": " + std::to_string(n) + ": " + it.key() +
-                    " input is not supported by this server (image only); give 0 or leave it out");
+                    " input is not supported by this server (image and video only); give 0 or leave it out");
     } else {
       throw Error("--limit-mm-per-prompt: unknown modality \"" + it.key() + "\" (known: image, video, audio)");
     }
@@ -74,23 +76,26 @@ bool base64_decode(const std::string& s, size_t begin, std::vector<uint8_t>& out
 
 namespace {
 
+const char* kind_of(const ImageInput& in) { return in.video ? "video" : "image"; }
+
 std::vector<uint8_t> from_data_url(const ImageInput& in, const MediaOptions& opt) {
-  // data:[<mediatype>][;base64],<data>; only base64 images (the media type is not trusted: the
-  // decoder sniffs the bytes).
+  // data:[<mediatype>][;base64],<data>; only base64 images or videos (the media type is not trusted:
+  // the decoders sniff the bytes).
+  const std::string kind = kind_of(in);
   const std::string& u = in.url;
   const size_t comma = u.find(',');
   if (comma == std::string::npos)
     throw bad_request(in.where + ": a data URL needs a ',' before its data", "messages");
   const std::string meta = u.substr(5, comma - 5);
   if (meta.size() < 7 || meta.compare(meta.size() - 7, 7, ";base64") != 0)
-    throw bad_request(in.where + ": only base64 data URLs are supported (data:image/...;base64,...), got 'data:" +
+    throw bad_request(in.where + ": only base64 data URLs are supported (data:" + kind + "/...;base64,...), got 'data:" +
                           meta.substr(0, 64) + "'",
                       "messages");
-  if (meta.rfind("image/", 0) != 0)
-    throw bad_request(in.where + ": the data URL's media type must be image/..., got '" + meta.substr(0, 64) + "'",
+  if (meta.rfind(kind + "/", 0) != 0)
+    throw bad_request(in.where + ": the data URL's media type must be " + kind + "/..., got '" + meta.substr(0, 64) + "'",
                       "messages");
   if ((u.size() - comma - 1) / 4 * 3 > opt.decode.max_bytes + 3)
-    throw bad_request(in.where + ": the image is " + std::to_string((u.size() - comma - 1) / 4 * 3) +
+    throw bad_request(in.where + ": the " + kind + " is " + std::to_string((u.size() - comma - 1) / 4 * 3) +
                           " bytes; at most " + std::to_string(opt.decode.max_bytes) + " are accepted",
                       "messages");
   std::vector<uint8_t> out;
@@ -133,7 +138,7 @@ std::vector<uint8_t> from_http_url(const ImageInput& in, const MediaOptions& opt
   const std::string origin = u.substr(0, path_at);
   const std::string path = path_at == std::string::npos ? "/" : u.substr(path_at);
   if (host_at >= u.size() || origin.size() <= host_at)
-    throw bad_request(in.where + ": image URL without a host: '" + u.substr(0, 64) + "'", "messages");
+    throw bad_request(in.where + ": " + kind_of(in) + " URL without a host: '" + u.substr(0, 64) + "'", "messages");
   httplib::Client c(origin);
   if (!c.is_valid()) throw bad_request(in.where + ": cannot fetch '" + origin + "'", "messages");
   const auto secs = std::chrono::duration<double>(opt.fetch_timeout_s);
@@ -150,7 +155,7 @@ std::vector<uint8_t> from_http_url(const ImageInput& in, const MediaOptions& opt
     return true;
   });
   if (too_big)
-    throw bad_request(in.where + ": the image at '" + u.substr(0, 128) + "' is larger than " +
+    throw bad_request(in.where + ": the " + std::string(kind_of(in)) + " at '" + u.substr(0, 128) + "' is larger than " +
                           std::to_string(opt.decode.max_bytes) + " bytes",
                       "messages");
   if (too_slow || (!res && (res.error() == httplib::Error::ConnectionTimeout || res.error() == httplib::Error::Read)))
@@ -174,7 +179,7 @@ std::vector<uint8_t> load_image_bytes(const ImageInput& in, const MediaOptions& 
   if (u.rfind("data:", 0) == 0) return from_data_url(in, opt);
   if (u.rfind("file://", 0) == 0) return from_file_url(in, opt);
   if (u.rfind("http://", 0) == 0 || u.rfind("https://", 0) == 0) return from_http_url(in, opt);
-  throw bad_request(in.where + ": unsupported image URL scheme in '" + u.substr(0, 32) +
+  throw bad_request(in.where + ": unsupported " + std::string(kind_of(in)) + " URL scheme in '" + u.substr(0, 32) +
                         "' (supported: data:, http(s)://, file:// with --allowed-local-media-path)",
                     "messages");
 }

@@ -39,8 +39,56 @@ std::string blocks_text(const ojson& c, const std::string& where) {
   return text;
 }
 
+// An image block's source (Anthropic: {"type": "base64", "media_type": "image/png", "data": ...} or {"type":
+// "url", "url": ...}) -> the URL the chat path loads (base64 as a data: URL). A "file" source needs
+// Anthropic's Files API: refused by name.
+std::string image_source_url(const ojson& b, const std::string& w) {
+  const ojson* src = get_field(b, "source");
+  if (!src) throw bad_request("'" + w + ".source' is required in an image block", w + ".source");
+  const std::string sw = w + ".source";
+  const std::string type = required_string(*src, "type", sw);
+  if (type == "base64") {
+    const std::string mt = required_string(*src, "media_type", sw);
+    if (mt.rfind("image/", 0) != 0)
+      throw bad_request(sw + ".media_type must be an image type (image/jpeg, image/png, ...), got '" + mt + "'",
+                        sw + ".media_type");
+    return "data:" + mt + ";base64," + required_string(*src, "data", sw);
+  }
+  if (type == "url") return required_string(*src, "url", sw);
+  if (type == "file")
+    throw bad_request(sw + ": source type 'file' (Anthropic's Files API) is not supported by this server (send the "
+                           "image as a base64 or url source)", sw + ".type");
+  throw bad_request(sw + ".type '" + type + "' must be base64 or url", sw + ".type");
+}
+
+// A tool_result's content (a string, or text and image blocks) -> the tool message's chat content: text
+// blocks joined by newlines (as blocks_text), images in place.
+ojson tool_result_content(const ojson& c, const std::string& where, std::vector<std::string>& image_names) {
+  if (c.is_string()) return c.get<std::string>();
+  array_field(c, where);
+  ChatContent out;
+  bool text_before = false;
+  for (size_t j = 0; j < c.size(); ++j) {
+    const std::string w = indexed(where, j);
+    const std::string& type = block_type(c[j], w);
+    if (type == "text") {
+      if (text_before) out.add_text("\n");
+      out.add_text(required_string(c[j], "text", w));
+      text_before = true;
+    } else if (type == "image") {
+      out.add_image(image_source_url(c[j], w), w, image_names);
+      text_before = false;
+    } else {
+      throw bad_request(w + ": block type '" + type + "' is not supported in a tool_result by this server (text, image)", w);
+    }
+  }
+  return out.take();
+}
+
 // One Messages message -> chat messages (a user turn's tool_result blocks become tool messages first).
-void add_message(const ojson& m, const std::string& w, ojson& msgs) {
+// image_names gets the message's images in the order the chat messages hold them: the tool results'
+// first, then the user text's.
+void add_message(const ojson& m, const std::string& w, ojson& msgs, std::vector<std::string>& image_names) {
   const std::string role = required_string(object_field(m, w), "role", w);
   if (role != "user" && role != "assistant") throw bad_request(w + ".role must be user or assistant", w + ".role");
   const ojson* c = get_field(m, "content");
@@ -50,14 +98,18 @@ void add_message(const ojson& m, const std::string& w, ojson& msgs) {
     return;
   }
   array_field(*c, w + ".content");
-  std::string text, thinking;
+  ChatContent text;  // text and image blocks, in order
+  std::vector<std::string> text_images;  // its images' names, after the tool results' (see above)
+  std::string thinking;
   ojson calls = ojson::array();
   for (size_t j = 0; j < c->size(); ++j) {
     const std::string bw = indexed(w + ".content", j);
     const ojson& b = (*c)[j];
     const std::string& type = block_type(b, bw);
     if (type == "text") {
-      text += required_string(b, "text", bw);
+      text.add_text(required_string(b, "text", bw));
+    } else if (type == "image" && role == "user") {
+      text.add_image(image_source_url(b, bw), bw, text_images);
     } else if (type == "thinking" && role == "assistant") {
       thinking += required_string(b, "thinking", bw);
     } else if (type == "redacted_thinking" && role == "assistant") {
@@ -73,15 +125,17 @@ void add_message(const ojson& m, const std::string& w, ojson& msgs) {
       const ojson* rc = get_field(b, "content");
       msgs.push_back({{"role", "tool"},
                       {"tool_call_id", required_string(b, "tool_use_id", bw)},
-                      {"content", rc ? blocks_text(*rc, bw + ".content") : std::string()}});
+                      {"content", rc ? tool_result_content(*rc, bw + ".content", image_names) : ojson("")}});
     } else {
       throw bad_request(bw + ": block type '" + type + "' is not supported in a " + role +
-                            " message by this server (text, tool_use, tool_result, thinking)",
+                            " message by this server (text and image in user messages, tool_use, tool_result, thinking)",
                         bw);
     }
   }
-  if (role == "user" && text.empty()) return;  // tool results only
-  ojson out = {{"role", role}, {"content", text}};
+  ojson content = text.take();
+  image_names.insert(image_names.end(), text_images.begin(), text_images.end());
+  if (role == "user" && content.is_string() && content.get<std::string>().empty()) return;  // tool results only
+  ojson out = {{"role", role}, {"content", std::move(content)}};
   if (!thinking.empty()) out["reasoning_content"] = thinking;
   if (!calls.empty()) out["tool_calls"] = calls;
   msgs.push_back(out);
@@ -96,7 +150,7 @@ const FieldNames& messages_field_names() {
   return n;
 }
 
-ojson messages_to_chat(const ojson& body, bool count_only) {
+ojson messages_to_chat(const ojson& body, bool count_only, std::vector<std::string>* image_names) {
   if (!body.is_object()) throw bad_request("the request body must be a JSON object");
   check_api_fields(body, kServed, kRefused, count_only ? "/v1/messages/count_tokens" : "/v1/messages");
   ojson c;
@@ -105,7 +159,9 @@ ojson messages_to_chat(const ojson& body, bool count_only) {
   if (const ojson* s = get_field(body, "system")) msgs.push_back({{"role", "system"}, {"content", blocks_text(*s, "system")}});
   const ojson* ms = get_field(body, "messages");
   if (!ms || !ms->is_array() || ms->empty()) throw bad_request("'messages' must be a non-empty list", "messages");
-  for (size_t i = 0; i < ms->size(); ++i) add_message((*ms)[i], indexed("messages", i), msgs);
+  std::vector<std::string> names;
+  for (size_t i = 0; i < ms->size(); ++i) add_message((*ms)[i], indexed("messages", i), msgs, names);
+  if (image_names) *image_names = std::move(names);
   c["messages"] = msgs;
   if (!count_only) {
     // Required by the Messages API (no default).

@@ -12,7 +12,8 @@
 namespace m3::server {
 
 // Throws ApiError naming the Messages field. count_only: /v1/messages/count_tokens (no max_tokens).
-ojson messages_to_chat(const ojson& body, bool count_only = false);
+// image_names: the image blocks in order ("messages[0].content[1]"), for parse_chat_request's errors.
+ojson messages_to_chat(const ojson& body, bool count_only = false, std::vector<std::string>* image_names = nullptr);
 
 // Chat field -> Messages field, for errors raised by the chat path.
 const FieldNames& messages_field_names();

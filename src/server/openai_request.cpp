@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <memory>
 
 #include "base/error.h"
 #include "server/errors.h"
@@ -186,7 +188,8 @@ namespace {
 // Content parts of message i: text, and image_url parts when `images` collects them (the chat endpoint
 // with a vision tower). Other image kinds, audio, video and file parts are refused by name (never
 // dropped: the model would answer about an image it never saw).
-void check_content_parts(const ojson& parts, size_t i, const ServerContext& ctx, std::vector<ImageInput>* images) {
+void check_content_parts(const ojson& parts, size_t i, const ServerContext& ctx, std::vector<ImageInput>* images,
+                         const std::vector<std::string>* image_names) {
   const std::string where = "messages[" + std::to_string(i) + "].content";
   for (size_t j = 0; j < parts.size(); ++j) {
     const ojson& p = parts[j];
@@ -202,10 +205,13 @@ void check_content_parts(const ojson& parts, size_t i, const ServerContext& ctx,
       continue;
     }
     if (t == "image_url" && images) {
+      // A translated body (Responses, Messages) names the part as its client wrote it.
+      const std::string name = image_names && images->size() < image_names->size() ? (*image_names)[images->size()]
+                                                                                  : where + "[" + std::to_string(j) + "]";
       if (ctx.media.language_model_only)
-        throw bad_request(at + ": image input is disabled on this server (--language-model-only)", "messages");
+        throw bad_request(name + ": image input is disabled on this server (--language-model-only)", "messages");
       if (!ctx.images)
-        throw bad_request(at + ": this model has no vision tower; image_url parts cannot be served", "messages");
+        throw bad_request(name + ": this model has no vision tower; image parts cannot be served", "messages");
       auto u = p.find("image_url");
       std::string url;
       if (u != p.end() && u->is_string()) {
@@ -216,14 +222,37 @@ void check_content_parts(const ojson& parts, size_t i, const ServerContext& ctx,
           if (it.key() == "url") continue;
           // OpenAI's detail picks a resolution tier; M3's processor has one, so only "auto" is honoured.
           if (it.key() == "detail" && it.value().is_string() && it.value().get<std::string>() == "auto") continue;
-          throw bad_request(at + ".image_url: '" + it.key() + "' is not supported (only url, and detail \"auto\")",
+          throw bad_request(name + ".image_url: '" + it.key() + "' is not supported (only url, and detail \"auto\")",
                             "messages");
         }
       } else {
-        throw bad_request(at + ": an image_url part needs 'image_url': {\"url\": \"data:image/...;base64,...\"}",
+        throw bad_request(name + ": an image_url part needs 'image_url': {\"url\": \"data:image/...;base64,...\"}",
                           "messages");
       }
-      images->push_back({at, url});
+      images->push_back({name, url});
+      continue;
+    }
+    if (t == "video_url" && images) {
+      // vLLM's video_url part: the same URL schemes and limits as image_url, decoded as a video.
+      if (ctx.media.language_model_only)
+        throw bad_request(at + ": video input is disabled on this server (--language-model-only)", "messages");
+      if (!ctx.images)
+        throw bad_request(at + ": content part type 'video_url' is not supported: this model has no vision tower",
+                          "messages");
+      auto u = p.find("video_url");
+      std::string url;
+      if (u != p.end() && u->is_string()) {
+        url = u->get<std::string>();
+      } else if (u != p.end() && u->is_object() && u->contains("url") && (*u)["url"].is_string()) {
+        url = (*u)["url"].get<std::string>();
+        for (auto it = u->begin(); it != u->end(); ++it)
+          if (it.key() != "url")
+            throw bad_request(at + ".video_url: '" + it.key() + "' is not supported (only url)", "messages");
+      } else {
+        throw bad_request(at + ": a video_url part needs 'video_url': {\"url\": \"data:video/mp4;base64,...\"}",
+                          "messages");
+      }
+      images->push_back({at, url, true});
       continue;
     }
     const char* kind = nullptr;
@@ -237,22 +266,25 @@ void check_content_parts(const ojson& parts, size_t i, const ServerContext& ctx,
       if (t == x) kind = "file";
     if (kind)
       throw bad_request(at + ": content part type '" + t + "' (" + kind + " input) is not supported by this " +
-                            (images && std::string(kind) == "image" ? "server (images: send image_url parts)"
-                                                                    : "server yet; send text parts only"),
+                            (images && std::string(kind) == "image"   ? "server (images: send image_url parts)"
+                             : images && std::string(kind) == "video" ? "server (videos: send video_url parts)"
+                                                                      : "server yet; send text parts only"),
                         "messages");
     throw bad_request(at + ": unknown content part type '" + t + "' (supported: text" +
-                          (images ? ", image_url" : "") + ")",
+                          (images ? ", image_url, video_url" : "") + ")",
                       "messages");
   }
 }
 
 // The M3 template's image marker (model.md 8): one per image, expanded after rendering.
 const std::string kImageMarker = "]<]image[>[";
+// And its video marker: one per video, expanded per temporal group (tokenize_chat).
+const std::string kVideoMarker = "]<]video[>[";
 
 }  // namespace
 
 std::string render_messages(const ojson& body, const ServerContext& ctx, bool default_add_generation_prompt,
-                            std::vector<ImageInput>* images) {
+                            std::vector<ImageInput>* images, const std::vector<std::string>* image_names) {
   const ojson* msgs = field(body, "messages");
   if (!msgs) throw bad_request("'messages' is required", "messages");
   if (!msgs->is_array() || msgs->empty()) throw bad_request("'messages' must be a non-empty list", "messages");
@@ -263,13 +295,20 @@ std::string render_messages(const ojson& body, const ServerContext& ctx, bool de
     auto c = m.find("content");
     if (c != m.end() && !(c->is_null() || c->is_string() || c->is_array()))
       throw bad_request("message 'content' must be a string or a list of content parts", "messages");
-    if (c != m.end() && c->is_array()) check_content_parts(*c, i, ctx, images);
+    if (c != m.end() && c->is_array()) check_content_parts(*c, i, ctx, images, image_names);
   }
   // The template renders a {"type": "image"} part as the image marker (vLLM hands it image parts that way).
   ojson rewritten;
   if (images && !images->empty()) {
-    if (int64_t(images->size()) > ctx.media.limit_image)
-      throw bad_request("messages: " + std::to_string(images->size()) + " images in the prompt; this server takes at most " +
+    const int64_t n_video = std::count_if(images->begin(), images->end(), [](const ImageInput& in) { return in.video; });
+    const int64_t n_image = int64_t(images->size()) - n_video;
+    if (n_video > ctx.media.limit_video)
+      throw bad_request(std::to_string(n_video) + " videos in the prompt; this server takes at most " +
+                            std::to_string(ctx.media.limit_video) + " per prompt (--limit-mm-per-prompt {\"video\": " +
+                            std::to_string(ctx.media.limit_video) + "})",
+                        "messages");
+    if (n_image > ctx.media.limit_image)
+      throw bad_request(std::to_string(n_image) + " images in the prompt; this server takes at most " +
                             std::to_string(ctx.media.limit_image) + " per prompt (--limit-mm-per-prompt {\"image\": " +
                             std::to_string(ctx.media.limit_image) + "})",
                         "messages");
@@ -279,6 +318,7 @@ std::string render_messages(const ojson& body, const ServerContext& ctx, bool de
       if (c == m.end() || !c->is_array()) continue;
       for (auto& p : *c)
         if (p["type"] == "image_url") p = ojson{{"type", "image"}};
+        else if (p["type"] == "video_url") p = ojson{{"type", "video"}};
     }
     msgs = &rewritten;
   }
@@ -309,16 +349,18 @@ std::string render_messages(const ojson& body, const ServerContext& ctx, bool de
 ChatTokens tokenize_chat(const std::string& text, const std::vector<ImageInput>& images, const ServerContext& ctx,
                          bool embed) {
   ChatTokens out;
-  auto encode = [&](const std::string& t, bool first) {
+  // Every piece of the rendered prompt is the template's output, so special tokens in it (role markers,
+  // end of turn) are parsed as such in the text after an image too, as in the prompt without images.
+  auto encode = [&](const std::string& t) {
     try {
-      const auto ids = ctx.tok->encode(t, first);
+      const auto ids = ctx.tok->encode(t, true);
       out.ids.insert(out.ids.end(), ids.begin(), ids.end());
     } catch (const std::exception& e) {
       throw bad_request(std::string("cannot tokenize the prompt: ") + e.what(), "messages");
     }
   };
   if (images.empty()) {
-    encode(text, true);
+    encode(text);
     return out;
   }
   // The text between markers is tokenized piece by piece: the marker is a special token, which splits
@@ -329,39 +371,77 @@ ChatTokens tokenize_chat(const std::string& text, const std::vector<ImageInput>&
   const auto end_id = ctx.tok->token_to_id("]<]end of image[>[");
   size_t pos = 0, k = 0;
   for (;;) {
-    const size_t at = text.find(kImageMarker, pos);
+    const size_t at_image = text.find(kImageMarker, pos), at_video = text.find(kVideoMarker, pos);
+    const size_t at = std::min(at_image, at_video);
     if (at == std::string::npos) break;
+    const bool is_video = at_video < at_image;
     if (k == images.size())
-      throw bad_request("messages: the prompt holds more image markers (" + kImageMarker + ") than image parts (" +
-                            std::to_string(images.size()) + "); text may not contain the marker",
+      throw bad_request("messages: the prompt holds more image/video markers (" + kImageMarker + ", " + kVideoMarker +
+                            ") than image and video parts (" + std::to_string(images.size()) +
+                            "); text may not contain the markers",
                         "messages");
-    encode(text.substr(pos, at - pos), k == 0);
     const ImageInput& in = images[k];
+    if (in.video != is_video)
+      throw bad_request("messages: the chat template rendered " + std::string(is_video ? "a video" : "an image") +
+                            " marker where " + in.where + " is " + (in.video ? "a video" : "an image") +
+                            " (text may not contain the markers)",
+                        "messages");
+    encode(text.substr(pos, at - pos));
     const std::vector<uint8_t> bytes = load_image_bytes(in, ctx.media);
     EncodedImage e;
     try {
-      e = ctx.images->encode(bytes.data(), bytes.size(), ctx.media.decode, embed);
+      e = is_video ? ctx.images->encode_video(bytes.data(), bytes.size(), ctx.media.decode, embed)
+                   : ctx.images->encode(bytes.data(), bytes.size(), ctx.media.decode, embed);
     } catch (const Error& err) {
       throw bad_request(in.where + ": " + err.what(), "messages");
     }
-    if (e.tokens <= 0) throw bad_request(in.where + ": the image gives no tokens", "messages");
-    if (start_id) out.ids.push_back(*start_id);
-    MultimodalSpan span;
-    span.offset = int64_t(out.ids.size());
-    span.count = e.tokens;
-    span.hash = e.hash;
-    span.embeds = e.embeds;
-    out.ids.insert(out.ids.end(), size_t(e.tokens), vc.image_token_id);
-    if (end_id) out.ids.push_back(*end_id);
-    if (embed) out.mm.push_back(std::move(span));
-    pos = at + kImageMarker.size();
+    if (e.tokens <= 0) throw bad_request(in.where + ": the " + std::string(is_video ? "video" : "image") + " gives no tokens", "messages");
+    if (!is_video) {
+      if (start_id) out.ids.push_back(*start_id);
+      MultimodalSpan span;
+      span.offset = int64_t(out.ids.size());
+      span.count = e.tokens;
+      span.hash = e.hash;
+      span.embeds = e.embeds;
+      out.ids.insert(out.ids.end(), size_t(e.tokens), vc.image_token_id);
+      if (end_id) out.ids.push_back(*end_id);
+      if (embed) out.mm.push_back(std::move(span));
+    } else {
+      // vLLM's M3 video replacement: per temporal group "]<]X.X seconds[>[" (ordinary text), the image
+      // start marker, the group's video tokens, the image end marker (the processor reuses the image
+      // markers for video). Each group is its own span (its slice of the embeddings), salted by the
+      // video's hash and the group's index.
+      const size_t width = size_t(vc.text_hidden);
+      for (int g = 0; g < e.grid_t; ++g) {
+        if (size_t(g) < e.timestamps.size()) {
+          char ts[64];
+          std::snprintf(ts, sizeof ts, "]<]%.1f seconds[>[", e.timestamps[size_t(g)]);
+          encode(ts);
+        }
+        if (start_id) out.ids.push_back(*start_id);
+        MultimodalSpan span;
+        span.offset = int64_t(out.ids.size());
+        span.count = e.tokens_per_group;
+        span.hash = e.hash ^ (0x9e3779b97f4a7c15ULL * uint64_t(g + 1));
+        if (embed && e.embeds) {
+          const auto first = e.embeds->begin() + std::ptrdiff_t(size_t(g) * size_t(e.tokens_per_group) * width);
+          span.embeds = std::make_shared<const std::vector<float>>(
+              first, first + std::ptrdiff_t(size_t(e.tokens_per_group) * width));
+        }
+        out.ids.insert(out.ids.end(), size_t(e.tokens_per_group), vc.video_token_id);
+        if (end_id) out.ids.push_back(*end_id);
+        if (embed) out.mm.push_back(std::move(span));
+      }
+    }
+    pos = at + (is_video ? kVideoMarker : kImageMarker).size();
     ++k;
   }
   if (k != images.size())
-    throw bad_request("messages: the chat template rendered " + std::to_string(k) + " image markers for " +
-                          std::to_string(images.size()) + " image parts (does it render {\"type\": \"image\"} parts?)",
+    throw bad_request("messages: the chat template rendered " + std::to_string(k) + " image/video markers for " +
+                          std::to_string(images.size()) +
+                          " image and video parts (does it render {\"type\": \"image\"} and {\"type\": \"video\"} parts?)",
                       "messages");
-  encode(text.substr(pos), false);
+  encode(text.substr(pos));
   return out;
 }
 
@@ -429,13 +509,9 @@ static void read_kv_transfer_params(const ojson& body, const ServerContext& ctx,
 static void check_kv_single(const ParsedRequest& r) {
   if ((r.kv_hold || r.kv_remote) && (r.prompts.size() != 1 || r.n != 1))
     throw bad_request("kv_transfer_params: a disaggregated request must have one prompt and n = 1", "kv_transfer_params");
-  // The transferred pages are found by their token ids; image embeddings do not travel with them.
-  if ((r.kv_hold || r.kv_remote) && !r.mm.empty())
-    throw bad_request("kv_transfer_params: requests with images are not supported by P/D disaggregation here",
-                      "kv_transfer_params");
 }
 
-ParsedRequest parse_chat_request(const ojson& body, const ServerContext& ctx) {
+ParsedRequest parse_chat_request(const ojson& body, const ServerContext& ctx, const std::vector<std::string>* image_names) {
   if (!body.is_object()) throw bad_request("the request body must be a JSON object");
   check_fields(body, Endpoint::Chat, "/v1/chat/completions");
   ParsedRequest r;
@@ -494,7 +570,7 @@ ParsedRequest parse_chat_request(const ojson& body, const ServerContext& ctx) {
   r.choice.parallel_tool_calls = opt_bool(body, "parallel_tool_calls").value_or(true);
 
   std::vector<ImageInput> images;
-  std::string prompt = render_messages(body, ctx, true, &images);
+  std::string prompt = render_messages(body, ctx, true, &images, image_names);
   const bool separate_reasoning = opt_bool(body, "separate_reasoning").value_or(true);
   bool reasoning_start = ctx.reasoning && chat::ReasoningParser::prompt_starts_reasoning(*ctx.reasoning, prompt);
   if (forced && *ctx.tool == chat::ToolFormat::MiniMaxM3) {

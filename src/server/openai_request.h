@@ -77,14 +77,18 @@ struct ForcedToolPrefix {
 };
 ForcedToolPrefix forced_tool_prefix(chat::ToolFormat fmt, const std::string& name, bool close_think);
 
-// Throws ApiError (400 with the field, 404 for an unknown model).
-ParsedRequest parse_chat_request(const ojson& body, const ServerContext& ctx);
+// Throws ApiError (400 with the field, 404 for an unknown model). image_names: what the k-th image part
+// is called in errors, for a body translated from another API (Responses' "input[0].content[1]",
+// Messages' "messages[0].content[1]"); null: the chat body's own "messages[i].content[j]".
+ParsedRequest parse_chat_request(const ojson& body, const ServerContext& ctx,
+                                 const std::vector<std::string>* image_names = nullptr);
 ParsedRequest parse_completion_request(const ojson& body, const ServerContext& ctx);
 // Renders body.messages (+ tools, chat_template_kwargs, add_generation_prompt) through the template.
 // With `images`, image_url parts are collected (in order; --limit-mm-per-prompt checked) and rendered as
 // the template's image marker; without, they are refused by name.
 std::string render_messages(const ojson& body, const ServerContext& ctx, bool default_add_generation_prompt,
-                            std::vector<ImageInput>* images = nullptr);
+                            std::vector<ImageInput>* images = nullptr,
+                            const std::vector<std::string>* image_names = nullptr);
 // Tokenizes a rendered chat prompt, expanding each image marker into the image's placeholder tokens;
 // embed: run the tower and return the spans (else only the token count is computed, for /tokenize).
 // Bad images are 400s naming the content part.

@@ -30,27 +30,62 @@ const std::vector<RefusedRule> kRefused = {
     {"truncation", no_truncation, "automatic truncation of the input"},
 };
 
-// Text of a content list (input_text / output_text / text parts); other kinds are refused by name.
-std::string parts_text(const ojson& content, const std::string& where) {
+// One input_image part (OpenAI: {"type": "input_image", "image_url": "data:...|https://...", "detail":
+// "auto", "file_id": null}) -> its URL. file_id needs OpenAI's file store and a detail other than auto a
+// resolution tier M3's processor does not have: both refused by name.
+std::string input_image_url(const ojson& p, const std::string& w) {
+  for (auto it = p.begin(); it != p.end(); ++it) {
+    const std::string& k = it.key();
+    if (k == "type" || k == "image_url" || it.value().is_null()) continue;
+    if (k == "detail") {
+      const std::string d = string_field(it.value(), w + ".detail");
+      if (d == "auto") continue;
+      throw bad_request(w + ".detail: \"" + d + "\" is not supported (this model's image processor has one resolution: "
+                            "only \"auto\")", w + ".detail");
+    }
+    if (k == "file_id")
+      throw bad_request(w + ".file_id: images from OpenAI's file store are not supported by this server (send the image "
+                            "in image_url, as a data: or http(s) URL)", w + ".file_id");
+    throw bad_request(w + ": '" + k + "' is not supported in an input_image part (image_url, detail)", w + "." + k);
+  }
+  const ojson* u = get_field(p, "image_url");
+  if (!u) throw bad_request(w + ": an input_image part needs 'image_url' (a data: or http(s) URL)", w + ".image_url");
+  return string_field(*u, w + ".image_url");
+}
+
+// A content list (input_text / output_text / text parts, and input_image parts when `names` is given: a
+// user message or a function_call_output) -> chat content; other kinds are refused by name.
+ojson parts_content(const ojson& content, const std::string& where, std::vector<std::string>* names) {
   if (content.is_string()) return content.get<std::string>();
   array_field(content, where);
-  std::string text;
+  ChatContent out;
   for (size_t j = 0; j < content.size(); ++j) {
     const ojson& p = content[j];
     const std::string w = indexed(where, j);
     const std::string type = string_field(object_field(p, w).value("type", ojson("")), w + ".type");
     if (type == "input_text" || type == "output_text" || type == "text" || type == "refusal") {
       const ojson* t = get_field(p, type == "refusal" ? "refusal" : "text");
-      text += string_field(t ? *t : ojson(), w + (type == "refusal" ? ".refusal" : ".text"));
+      out.add_text(string_field(t ? *t : ojson(), w + (type == "refusal" ? ".refusal" : ".text")));
+    } else if (type == "input_image" && names) {
+      out.add_image(input_image_url(p, w), w, *names);
+    } else if (type == "input_image") {
+      throw bad_request(w + ": input_image parts are served in user messages and function_call_output only", w);
     } else {
-      throw bad_request(w + ": content type '" + type + "' is not supported by this server (text only)", w);
+      throw bad_request(w + ": content type '" + type + "' is not supported by this server (" +
+                            (names ? "input_text, input_image" : "text only") + ")",
+                        w);
     }
   }
-  return text;
+  return out.take();
+}
+
+// Text of a content list: parts_content without images.
+std::string parts_text(const ojson& content, const std::string& where) {
+  return parts_content(content, where, nullptr).get<std::string>();
 }
 
 // input (a string or items) -> chat messages.
-ojson input_messages(const ojson& input, const ojson* instructions) {
+ojson input_messages(const ojson& input, const ojson* instructions, std::vector<std::string>& image_names) {
   ojson msgs = ojson::array();
   if (instructions) msgs.push_back({{"role", "system"}, {"content", string_field(*instructions, "instructions")}});
   if (input.is_string()) {
@@ -77,16 +112,16 @@ ojson input_messages(const ojson& input, const ojson* instructions) {
     if (type == "message") {
       std::string role = required_string(item, "role", w);
       const ojson* c = get_field(item, "content");
-      const std::string text = parts_text(c ? *c : ojson(""), w + ".content");
       if (role == "assistant") {
         open_assistant = false;
-        assistant()["content"] = text;
+        assistant()["content"] = parts_text(c ? *c : ojson(""), w + ".content");
         continue;
       }
       if (role == "developer") role = "system";
       if (role != "user" && role != "system")
         throw bad_request(w + ".role must be user, assistant, system or developer", w + ".role");
-      msgs.push_back({{"role", role}, {"content", text}});
+      msgs.push_back({{"role", role}, {"content", parts_content(c ? *c : ojson(""), w + ".content",
+                                                                  role == "user" ? &image_names : nullptr)}});
       open_assistant = false;
     } else if (type == "function_call") {
       ojson call = {{"id", required_string(item, "call_id", w)},
@@ -100,7 +135,7 @@ ojson input_messages(const ojson& input, const ojson* instructions) {
       const ojson* out = get_field(item, "output");
       msgs.push_back({{"role", "tool"},
                       {"tool_call_id", required_string(item, "call_id", w)},
-                      {"content", parts_text(out ? *out : ojson(), w + ".output")}});
+                      {"content", parts_content(out ? *out : ojson(), w + ".output", &image_names)}});
       open_assistant = false;
     } else if (type == "reasoning") {
       // Its text (content, else the summary) is shown to the template with the next assistant turn.
@@ -164,7 +199,7 @@ ResponsesRequest responses_to_chat(const ojson& body) {
   const ojson* input = get_field(body, "input");
   if (!input) throw bad_request("'input' is required", "input");
   const ojson* instructions = get_field(body, "instructions");
-  c["messages"] = input_messages(*input, instructions);
+  c["messages"] = input_messages(*input, instructions, r.image_names);
   for (const char* k : {"model", "parallel_tool_calls", "temperature", "top_p", "stream", "user", "metadata",
                         "prompt_cache_key", "safety_identifier", "service_tier", "top_k", "min_p",
                         "repetition_penalty", "seed", "stop", "ignore_eos"})

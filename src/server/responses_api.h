@@ -14,6 +14,7 @@ namespace m3::server {
 struct ResponsesRequest {
   ojson chat;  // the chat-completions body
   ojson echo;  // request fields the response object repeats (instructions, tools, ...)
+  std::vector<std::string> image_names;  // input_image parts in order ("input[0].content[1]"), for errors
 };
 
 // Throws ApiError naming the Responses field.

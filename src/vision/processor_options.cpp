@@ -82,19 +82,44 @@ void apply_preprocessor_config(const std::string& json_text, const std::string& 
   check_bounds(pc, where);
 }
 
-void apply_mm_processor_kwargs(const std::string& json_text, ProcessorConfig& pc) {
+void apply_mm_processor_kwargs(const std::string& json_text, ProcessorConfig& pc, VideoOptions& video) {
   if (json_text.empty()) return;
   const std::string where = "--mm-processor-kwargs";
   const json j = parse_object(json_text, where);
+  auto positive_number = [&](const json& v, const std::string& what) {
+    if (!v.is_number() || !(v.get<double>() > 0)) throw Error(what + ": expected a positive number, got " + v.dump());
+    return v.get<double>();
+  };
   for (const auto& [key, value] : j.items()) {
     if (key == "min_pixels")
-      pc.min_pixels = positive_int(value, where + ": min_pixels");
+      pc.min_pixels = video.min_pixels = positive_int(value, where + ": min_pixels");
     else if (key == "max_pixels")
-      pc.max_pixels = positive_int(value, where + ": max_pixels");
+      pc.max_pixels = video.max_pixels = positive_int(value, where + ": max_pixels");
+    else if (key == "fps")
+      video.fps = positive_number(value, where + ": fps");
+    else if (key == "max_duration")
+      video.max_duration = positive_number(value, where + ": max_duration");
+    else if (key == "max_frames")
+      video.max_frames = positive_int(value, where + ": max_frames");
+    else if (key == "total_pixels")
+      video.total_pixels = positive_int(value, where + ": total_pixels");
     else
-      throw Error(where + ": '" + key + "' is not supported (supported: min_pixels, max_pixels)");
+      throw Error(where + ": '" + key +
+                  "' is not supported (supported: min_pixels, max_pixels, fps, max_frames, total_pixels, max_duration)");
   }
   check_bounds(pc, where);
+  ProcessorConfig v = pc;
+  v.min_pixels = video.min_pixels;
+  v.max_pixels = video.max_pixels;
+  check_bounds(v, where + " (video)");
+  if (video.total_pixels < video.min_pixels)
+    throw Error(where + ": total_pixels " + std::to_string(video.total_pixels) + " is below one frame's min_pixels " +
+                std::to_string(video.min_pixels));
+}
+
+void apply_mm_processor_kwargs(const std::string& json_text, ProcessorConfig& pc) {
+  VideoOptions scratch;
+  apply_mm_processor_kwargs(json_text, pc, scratch);
 }
 
 }  // namespace m3::vision

@@ -115,11 +115,12 @@ for path, body, fields in (("/v1/chat/completions", chat, {**both, **chat_only})
         status, out = post(path, ok)
         check(status == 200, f"{path} {f}={json.dumps(default)} (its default): status {status}: {out[:200]}")
 
-# Content parts: refused by kind, on chat and /tokenize (image_url parts are served: server_vision.sh).
+# Content parts: refused by kind, on chat and /tokenize (image_url and video_url parts are served:
+# server_vision.sh, server_video.sh).
 parts = {
     "image": {"type": "image"},
     "input_audio": {"type": "input_audio", "input_audio": {"data": "AAAA", "format": "wav"}},
-    "video_url": {"type": "video_url", "video_url": {"url": "http://127.0.0.1/v.mp4"}},
+    "video": {"type": "video", "video": "http://127.0.0.1/v.mp4"},
     "file": {"type": "file", "file": {"file_id": "x"}},
 }
 for name, part in parts.items():

@@ -5,7 +5,7 @@
 # reproducible; the same text with another image gives other logprobs and fewer prefix-cache hits than
 # the same image again; /tokenize counts the expanded image tokens exactly as the chat's prompt_tokens;
 # --limit-mm-per-prompt; every bad image is a 400 naming its content part; --language-model-only
-# refuses image parts by name; video limits are refused at start.
+# refuses image parts by name; audio limits are refused at start (video: server_video.sh).
 # Usage: server_vision.sh <m3serve> <tests/data> <tmpdir>
 set -euo pipefail
 BIN=$1
@@ -64,10 +64,10 @@ expect_400() {  # expect_400 PATTERN WHAT (body file in $TMP/body.json)
 }
 hits() { curl -s "$U/metrics" | sed -n 's/^vllm:prefix_cache_hits_total{[^}]*} \([0-9.e+]*\).*/\1/p' | head -1; }
 
-# A video limit above 0 is refused at start, by name.
-if "$BIN" serve "$TMP/model" --port 0 --limit-mm-per-prompt '{"video": 1}' 2>"$TMP/video.err"; then
-  fail "video limit accepted"; fi
-grep -q 'video input is not supported' "$TMP/video.err" || fail "video limit not explained: $(cat "$TMP/video.err")"
+# An audio limit above 0 is refused at start, by name.
+if "$BIN" serve "$TMP/model" --port 0 --limit-mm-per-prompt '{"audio": 1}' 2>"$TMP/audio.err"; then
+  fail "audio limit accepted"; fi
+grep -q 'audio input is not supported' "$TMP/audio.err" || fail "audio limit not explained: $(cat "$TMP/audio.err")"
 
 "$BIN" serve "$TMP/model" --host 127.0.0.1 --port 0 --max-model-len 4000 --kv-cache-memory 0.05 --block-size 128 \
   --limit-mm-per-prompt '{"image": 2, "video": 0}' --allowed-local-media-path "$TMP/media" >"$TMP/server.log" 2>&1 &
@@ -180,7 +180,7 @@ expect_400 'messages\[0\].content\[0\]: unsupported image URL scheme' "ftp URL"
 chat_body "x" "file:///etc/passwd" >"$TMP/body.json"
 expect_400 'messages\[0\].content\[0\]: .*outside --allowed-local-media-path' "file:// outside"
 echo '{"messages":[{"role":"user","content":[{"type":"text","text":"a"},{"type":"video_url","video_url":{"url":"x"}}]}]}' >"$TMP/body.json"
-expect_400 "messages\[0\].content\[1\]: content part type 'video_url' (video input) is not supported" "video part"
+expect_400 '1 videos in the prompt; this server takes at most 0 per prompt' "video part under a video limit of 0"
 echo '{"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"data:image/png;base64,AAAA","detail":"high"}}]}]}' >"$TMP/body.json"
 expect_400 "messages\[0\].content\[0\].image_url: 'detail' is not supported" "detail high"
 kill -0 $PID || fail "the server died on a bad image"
@@ -189,9 +189,10 @@ kill -TERM $PID; wait $PID || fail "server exit status $?"
 
 # --mm-processor-kwargs: max_pixels 224 x 224 takes the 448 x 448 image down to 16 x 16 patches, 64 tokens;
 # a key the processor does not have is refused at start, by name.
-if "$BIN" serve "$TMP/model" --port 0 --mm-processor-kwargs '{"fps": 2}' 2>"$TMP/kw.err"; then
-  fail "--mm-processor-kwargs fps accepted"; fi
-grep -q "mm-processor-kwargs: 'fps' is not supported" "$TMP/kw.err" || fail "fps not refused by name: $(cat "$TMP/kw.err")"
+if "$BIN" serve "$TMP/model" --port 0 --mm-processor-kwargs '{"do_pan_and_scan": true}' 2>"$TMP/kw.err"; then
+  fail "--mm-processor-kwargs do_pan_and_scan accepted"; fi
+grep -q "mm-processor-kwargs: 'do_pan_and_scan' is not supported" "$TMP/kw.err" ||
+  fail "do_pan_and_scan not refused by name: $(cat "$TMP/kw.err")"
 "$BIN" serve "$TMP/model" --host 127.0.0.1 --port 0 --max-model-len 4000 --kv-cache-memory 0.05 \
   --mm-processor-kwargs '{"max_pixels": 50176}' >"$TMP/server.log" 2>&1 &
 PID=$!

@@ -4,7 +4,9 @@ tests/unit/model/vision_tower_test.cpp, written for the tests from the spec: Con
 as a matmul, pre_layrnorm, pre-LN CLIP layers with bidirectional attention confined to each image and
 the 3-D rotate-half RoPE (head_dim // 6 frequencies per axis, the last dims passed through), no
 post-LN, the per-patch projector, the 2x2 merge and its MLP. Weights are read from the checkpoint's
-safetensors (BF16 / F32) and widened to float64.
+safetensors (BF16 / F32) and widened to float64. A video grid (t > 1) attends in segments of at most
+vision_config.vision_segment_max_frames temporal groups, RoPE t counted from 0 in each (model.md 9.4-9.5,
+vLLM's _apply_max_frames_limit).
 
 usage: vision_tower_reference.py CHECKPOINT_DIR PATCHES_F32 GRIDS_JSON OUT_F64
 """
@@ -52,6 +54,13 @@ def main():
     theta = vc.get("rope_theta", 10000.0)
     M = 2
     grids = json.load(open(grids_path))
+    max_f = vc.get("vision_segment_max_frames")
+    segs = []
+    for t, gh, gw in grids:
+        if not max_f or t <= max_f:
+            segs.append((t, gh, gw))
+        else:
+            segs.extend((min(max_f, t - i), gh, gw) for i in range(0, t, max_f))
     pd = 3 * 2 * 14 * 14
     x = torch.from_numpy(np.fromfile(patches_path, dtype=np.float32).astype(np.float64)).reshape(-1, pd)
     VM = "vision_tower.vision_model."
@@ -71,7 +80,7 @@ def main():
     F = D // 6
     inv = theta ** (-torch.arange(0, F, dtype=torch.float64) * 2 / (2 * F))
     pos = []
-    for t, gh, gw in grids:
+    for t, gh, gw in segs:
         for tt in range(t):
             for bh in range(gh // M):
                 for bw in range(gw // M):
@@ -91,7 +100,7 @@ def main():
 
     bounds = []
     off = 0
-    for t, gh, gw in grids:
+    for t, gh, gw in segs:
         bounds.append((off, off + t * gh * gw))
         off += t * gh * gw
     T = h.shape[0]

@@ -139,6 +139,13 @@ async function responses() {
   await expectError(openai.responses.create({ model: 'demo', input: 'hi', tools: [{ type: 'web_search' }] }), 400, (e) => assert.equal(e.param, 'tools[0].type'));
   await expectError(openai.responses.create({ model: 'demo', input: 'hi', max_output_tokens: 0 }), 400, (e) => assert.equal(e.param, 'max_output_tokens'));
   await expectError(openai.responses.create({ model: 'nope', input: 'hi' }), 404, (e) => assert.equal(e.param, 'model'));
+  // Images as the SDK sends them reach the image path (the demo model has no vision tower: refused by name,
+  // naming the part); file_id is refused by name. (Images served end to end: tests/cli/server_vision_apis.sh.)
+  const img = { type: 'input_image', image_url: 'data:image/png;base64,iVBORw0KGgo=', detail: 'auto' };
+  await expectError(openai.responses.create({ model: 'demo', input: [{ role: 'user', content: [{ type: 'input_text', text: 'What is it?' }, img] }] }), 400,
+    (e) => assert.match(e.message, /input\[0\]\.content\[1\]: this model has no vision tower/));
+  await expectError(openai.responses.create({ model: 'demo', input: [{ role: 'user', content: [{ type: 'input_image', file_id: 'file-1', detail: 'auto' }] }] }), 400,
+    (e) => assert.equal(e.param, 'input[0].content[0].file_id'));
 }
 
 async function messages() {
@@ -233,7 +240,9 @@ async function messages() {
     assert.match(e.error.error.message, /max_tokens/);
   });
   await expectError(anthropic.messages.create({ ...plain, messages: [{ role: 'user', content: [{ type: 'image', source: { type: 'url', url: 'http://x/y.png' } }] }] }), 400,
-    (e) => assert.match(e.error.error.message, /messages\[0\]\.content\[0\]/));
+    (e) => assert.match(e.error.error.message, /messages\[0\]\.content\[0\]: this model has no vision tower/));
+  await expectError(anthropic.messages.create({ ...plain, messages: [{ role: 'user', content: [{ type: 'image', source: { type: 'file', file_id: 'file_1' } }] }] }), 400,
+    (e) => assert.match(e.error.error.message, /source type 'file'/));
   const bad = new Anthropic({ baseURL: BASE, apiKey: 'wrong', maxRetries: 0 });
   await expectError(bad.messages.create(plain), 401, (e) => assert.equal(e.error.error.type, 'authentication_error'));
 }

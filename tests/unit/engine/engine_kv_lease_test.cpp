@@ -182,7 +182,7 @@ TEST(EngineKvLease, PagesVerifiedOffTheEngineThreadAndACorruptedOneRecomputed) {
   const auto want = run(agg, "agg", prompt, 6);
   m3::Engine d(model(), nullptr, pool(32));
   d.enable_remote_prefill();
-  d.verify_remote(prompt, *rp);
+  d.verify_remote(prompt, {}, *rp);
   EXPECT_EQ(rp->checksummed, 1u);  // page 0 verified here; page 1 is checked again on admission
   m3::RequestKv kv;
   kv.remote = rp;
@@ -190,6 +190,99 @@ TEST(EngineKvLease, PagesVerifiedOffTheEngineThreadAndACorruptedOneRecomputed) {
   EXPECT_EQ(d.stats().remote_load_failures, 1);
   EXPECT_EQ(d.stats().remote_pages_loaded, 1);
   EXPECT_EQ(d.stats().prompt_tokens_computed, 40 - 16);
+}
+
+// An image in the prompt (a span of placeholder tokens the embeddings replace): its hash salts the
+// pages' transfer names as it salts their prefix-cache hashes. The decode request carries the same image:
+// it takes the pulled pages, computes one prompt token, and publishes them where a local request with the
+// image finds them. A decode request with the same tokens but another image refuses the pages that hold
+// the image and recomputes them with its own.
+TEST(EngineKvLease, PagesOfAnImagePromptAreNamedByTheImage) {
+  // The image in pages 0 and 1; then in pages 1 and 2, ending the prompt: the decode engine's one computed
+  // prompt token is an image placeholder, fed its embedding from the decode request's own image.
+  for (const int64_t offset : {10, 24}) {
+    SCOPED_TRACE("image at token " + std::to_string(offset));
+    std::mt19937 rng(9);
+    const int64_t H = model().config().hidden;
+    auto prompt = m3test::random_tokens(rng, 40, 256);
+    auto image = [&](uint64_t hash) {
+      m3::MultimodalSpan s;
+      s.offset = offset;
+      s.count = 16;
+      s.hash = hash;
+      std::normal_distribution<float> nd(0.f, 0.02f);
+      auto e = std::make_shared<std::vector<float>>(size_t(s.count * H));
+      for (float& x : *e) x = nd(rng);
+      s.embeds = e;
+      return std::vector<m3::MultimodalSpan>{s};
+    };
+    const auto a = image(0xa11ce), b = image(0xb0b);
+    auto run_mm = [](m3::Engine& e, const std::string& id, const std::vector<int32_t>& pr, int n,
+                     const m3::RequestKv& kv, const std::vector<m3::MultimodalSpan>& mm,
+                     std::optional<m3::KvLeaseInfo>* lease = nullptr) {
+      e.add_request(id, pr, greedy(n), {}, kv, mm);
+      std::vector<int32_t> out;
+      while (e.has_work())
+        for (auto& o : e.step())
+          if (o.request_id == id) {
+            out.insert(out.end(), o.new_tokens.begin(), o.new_tokens.end());
+            if (o.kv_lease && lease) *lease = o.kv_lease;
+          }
+      return out;
+    };
+    m3::Engine agg(model(), nullptr, pool(32));
+    const auto want_a = run_mm(agg, "a", prompt, 8, {}, a);
+    const auto want_b = run_mm(agg, "b", prompt, 8, {}, b);
+    ASSERT_NE(want_a, want_b);  // the image matters to the output
+
+    // The prefill leg with image a; its pages as the transfer server sends them.
+    m3::Engine p(model(), nullptr, pool(32));
+    p.enable_kv_leases(std::chrono::seconds(60));
+    auto pull = [&](const std::string& id) {
+      m3::RequestKv hold;
+      hold.hold_for_remote = true;
+      std::optional<m3::KvLeaseInfo> lease;
+      run_mm(p, id, prompt, 1, hold, a, &lease);
+      EXPECT_TRUE(lease.has_value());
+      std::vector<m3::TransferPage> chain;
+      EXPECT_EQ(p.kv_leases()->begin_read(lease->request_id, lease->block_ids, chain, Clock::now()), "");
+      auto rp = std::make_shared<m3::RemotePrefill>();
+      rp->source = "test";
+      for (size_t i = 0; i < chain.size(); ++i) {
+        std::string blob;
+        p.export_leased_page(lease->block_ids[i], chain[i], blob);
+        rp->blobs.push_back(std::move(blob));
+      }
+      p.kv_leases()->end_read(lease->request_id, true, 0);
+      return rp;
+    };
+
+    m3::Engine d(model(), nullptr, pool(32));
+    d.enable_remote_prefill();
+    auto rp = pull("p1");
+    d.verify_remote(prompt, a, *rp);
+    EXPECT_EQ(rp->checksummed, 3u);  // every page verified under the image's names
+    m3::RequestKv kv;
+    kv.remote = rp;
+    EXPECT_EQ(run_mm(d, "d1", prompt, 8, kv, a), want_a);
+    EXPECT_EQ(d.stats().prompt_tokens_computed, 1);
+    EXPECT_EQ(d.stats().remote_pages_loaded, 3);
+    // The published pages are where a local request with image a looks: two whole pages hit.
+    EXPECT_EQ(run_mm(d, "d2", prompt, 8, {}, a), want_a);
+    EXPECT_EQ(d.stats().prefix_hits, 32);
+
+    // Another image, the same tokens: the first page holding the image's tokens differs, and all after it.
+    const size_t first = size_t(offset / 16);
+    m3::Engine d2(model(), nullptr, pool(32));
+    d2.enable_remote_prefill();
+    auto rp2 = pull("p2");
+    d2.verify_remote(prompt, b, *rp2);
+    EXPECT_EQ(rp2->checksummed, first);
+    kv.remote = rp2;
+    EXPECT_EQ(run_mm(d2, "d3", prompt, 8, kv, b), want_b);
+    EXPECT_EQ(d2.stats().remote_load_failures, 1);
+    EXPECT_EQ(d2.stats().prompt_tokens_computed, 40 - int64_t(first) * 16);
+  }
 }
 
 TEST(EngineKvLease, RefusesWhatItCannotServe) {

@@ -207,6 +207,93 @@ TEST(SpecEngine, GreedyIdenticalAloneAndInBatch) {
   }
 }
 
+// The draft's anchor input: a given anchor embedding replaces the anchor token's row, exactly. (An image
+// placeholder anchor is given its image embedding, as the target is.)
+TEST(SpecEngine, DraftAnchorTakesItsInputEmbedding) {
+  m3::Model& m = demo();
+  m3::DSparkDraft draft(kModel + "/dspark", m);
+  m.set_tap_layers(draft.config().target_layers);
+  const std::vector<int32_t> toks = demo_tok().encode("In the beginning God created the heaven", true);
+  const int64_t T = int64_t(toks.size()), V = m.config().vocab, H = m.config().hidden;
+  std::vector<float> taps(static_cast<size_t>(T * draft.taps_width())), logits(static_cast<size_t>(V));
+  m3::SeqCache cache = m.new_cache(T);
+  m3::BatchItem it{&cache, toks.data(), T, 0, T - 1};
+  m.forward_batch(&it, 1, logits.data(), m3::AttentionPath::Sparse, taps.data());
+  m.set_tap_layers({});
+  const int64_t p = T - 1;
+  m3::SeqCache dkv(draft.config().kv_layout(), p + 1);
+  m3::DraftContextRows rows{&dkv, taps.data(), 0, p};
+  draft.write_context(&rows, 1);
+  dkv.n_tokens = p;
+  const int S = draft.config().block_size;
+  const int32_t x = toks[size_t(p)], y = demo_tok().encode(" earth", false).at(0);
+  std::vector<float> row_x(static_cast<size_t>(H)), row_y(static_cast<size_t>(H));
+  m3::embedding_row(m.weights().embed(), x, H, row_x.data());
+  m3::embedding_row(m.weights().embed(), y, H, row_y.data());
+  auto block = [&](int32_t anchor, const float* embed) {
+    std::vector<float> z(size_t(S * V));
+    m3::DraftQuery q{&dkv, anchor, p, embed};
+    draft.propose(&q, 1, S, z.data());
+    return z;
+  };
+  const auto zx = block(x, nullptr), zy = block(y, nullptr);
+  ASSERT_NE(zx, zy);
+  EXPECT_EQ(block(y, row_x.data()), zx);  // the embedding, not the id, is what the draft reads
+  EXPECT_EQ(block(x, row_y.data()), zy);
+}
+
+// Greedy output is the same with and without speculation when the prompt ends in an image: the second
+// request finds all but the last prompt token cached, so its first decode step's anchor is the image's
+// last placeholder (the draft gets the image embedding there); the first request drafts after a full
+// prefill over the image embeddings.
+TEST(SpecEngine, GreedyIdenticalWithAnImagePrompt) {
+  const int64_t H = demo().config().hidden;
+  std::vector<int32_t> prompt = demo_prompts().back();
+  EngineConfig base;
+  base.num_pages = 64;
+  Engine probe(demo(), &demo_tok(), base);
+  const int64_t B = probe.block_size();
+  prompt.resize(size_t(2 * B + 1));  // two whole pages and the last token
+  m3::MultimodalSpan span;
+  span.offset = 2 * B - 5;  // the image ends the prompt: 6 placeholders over the page boundary
+  span.count = 6;
+  span.hash = 0x1a2b3c;
+  auto embeds = std::make_shared<std::vector<float>>(size_t(span.count * H));
+  for (int64_t t = 0; t < span.count; ++t)  // rows of other tokens, scaled: realistic magnitudes, not any token's
+    m3::embedding_row(demo().weights().embed(), int32_t(1000 + 37 * t), H, embeds->data() + t * H);
+  for (float& v : *embeds) v *= 1.5f;
+  span.embeds = embeds;
+  for (int64_t t = span.offset; t < span.offset + span.count; ++t) prompt[size_t(t)] = 5;  // placeholder id
+  SamplingParams sp;
+  sp.temperature = 0.0f;
+  sp.max_tokens = 24;
+  sp.ignore_eos = true;
+  auto twice = [&](const EngineConfig& cfg, m3::EngineStats* st) {
+    Engine e(demo(), &demo_tok(), cfg);
+    std::vector<std::vector<int32_t>> outs;
+    for (const char* id : {"first", "again"}) {
+      e.add_request(id, prompt, sp, {}, {span});
+      outs.push_back(m3test::drain(e).at(id).tokens);
+    }
+    *st = e.stats();
+    return outs;
+  };
+  m3::EngineStats plain_st, spec_st;
+  const auto want = twice(base, &plain_st);
+  EngineConfig spec = spec_config(3, "block");
+  spec.num_pages = 64;
+  const auto got = twice(spec, &spec_st);
+  ASSERT_EQ(want[0], want[1]);
+  EXPECT_EQ(got[0], want[0]);
+  EXPECT_EQ(got[1], want[0]);
+  EXPECT_EQ(spec_st.prefix_hits, 2 * B);  // the second request computed only the image's last placeholder
+  EXPECT_GT(spec_st.spec_drafts, 0);
+  // Without the image (the placeholder's own row) the answer differs: the embedding was used.
+  Engine e(demo(), &demo_tok(), base);
+  e.add_request("text", prompt, sp);
+  EXPECT_NE(m3test::drain(e).at("text").tokens, want[0]);
+}
+
 TEST(SpecEngine, GreedyIdenticalUnderPreemptionPrefixCacheAndAborts) {
   EngineConfig base;
   base.num_pages = 11;  // 352 tokens for 10 requests (the longest alone needs 336): forces preemption

@@ -2,10 +2,14 @@
 // checkpoint with its random tower, two PNG parts of different sizes are rendered through the M3
 // template, each marker becomes exactly grid_h * grid_w / 4 image tokens, the spans sit on those tokens
 // in order, their embeddings are the tower's for that image alone, the count-only path (/tokenize)
-// gives the same ids, and the span hashes follow the image bytes.
+// gives the same ids, and the span hashes follow the image bytes. RealTokenizerIds: the same path with
+// the real o200k vocabulary and M3's special tokens at their real ids (model.md 7.1), checking the exact
+// ids around each image: 200029, N x 200025, 200030.
 #include <gtest/gtest.h>
 #include <zlib.h>
 
+#include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <string>
@@ -18,6 +22,7 @@
 #include "model/vision_tower.h"
 #include "server/errors.h"
 #include "server/openai_request.h"
+#include "m3_tokenizer.h"
 #include "test_tmp.h"
 #include "tokenizer/tokenizer.h"
 #include "tools/make_model.h"
@@ -178,4 +183,87 @@ TEST(ChatImages, MarkersExpandToTheTowersEmbeddings) {
     EXPECT_EQ(e.status, 400);
     EXPECT_NE(std::string(e.what()).find("2 images in the prompt; this server takes at most 1"), std::string::npos);
   }
+}
+
+namespace {
+
+// M3's special tokens (spec model.md 7.1) on the o200k vocabulary: the real M3 tokenizer.json is not
+// in the project, but its BPE is o200k's and its specials are these, so this tokenizer gives the real
+// ids for every chat-template token and image placeholder.
+
+}  // namespace
+
+TEST(ChatImages, RealTokenizerIds) {
+  const std::string dir = m3test::test_tmp_dir() + "/chat_images_real_tok";
+  MakeModelOptions o = make_model_preset("tiny", ModelLayout::M31);
+  o.seed = 6;
+  make_model(o, dir);
+  {  // the real placeholder id (a tiny vocabulary makes make-model pick a stand-in)
+    auto cfg = nlohmann::json::parse(slurp(dir + "/config.json"));
+    cfg["image_token_index"] = 200025;
+    std::ofstream(dir + "/config.json") << cfg.dump(2);
+  }
+  const ModelConfig mc = ModelConfig::from_dir(dir);
+  const ImageEncoder enc(dir, mc.hidden);
+  ASSERT_EQ(enc.config().image_token_id, 200025);
+  const Tokenizer tok = Tokenizer::from_dir(m3test::m3_tokenizer_dir(dir + "/m3tok"));
+  ASSERT_EQ(tok.token_to_id("]<]image[>["), 200025);
+  ASSERT_EQ(tok.token_to_id("]<]start of image[>["), 200029);
+  ASSERT_EQ(tok.token_to_id("]<]end of image[>["), 200030);
+  server::ServerContext ctx;
+  ctx.served_names = {"tiny"};
+  ctx.tok = &tok;
+  ctx.vocab = 200064;
+  ctx.max_model_len = 4096;
+  ctx.images = &enc;
+  ctx.bos_token = tok.token_bytes(tok.bos_id());
+  ctx.eos_token = tok.token_bytes(tok.eos_id());
+  ctx.chat_template = std::make_shared<chat::ChatTemplate>(slurp(std::string(M3_TEST_DATA) + "/chat/MiniMax-M3.jinja"));
+
+  // 112 x 56 -> grid 4 x 8 -> 8 tokens; 84 x 84 -> grid 6 x 6 -> 9 tokens.
+  const auto a = make_png(112, 56, 3), b = make_png(84, 84, 4);
+  ojson body = {{"messages", ojson::array({{{"role", "user"},
+                                            {"content", ojson::array({{{"type", "text"}, {"text", "Compare"}},
+                                                                      image_part(a),
+                                                                      {{"type", "text"}, {"text", " with "}},
+                                                                      image_part(b)})}}})}};
+  std::vector<server::ImageInput> images;
+  const std::string text = server::render_messages(body, ctx, true, &images);
+  ASSERT_EQ(images.size(), 2u);
+  const server::ChatTokens ct = server::tokenize_chat(text, images, ctx, true);
+
+  // The template renders each image as the one marker token: tokenizing the rendered text whole gives
+  // 200025 once per image. Expanding each into 200029 + N x 200025 + 200030 must give the prompt's ids
+  // exactly (the text around the images tokenized the same, BOS and role tokens included).
+  const std::vector<int32_t> whole = tok.encode(text);
+  ASSERT_EQ(std::count(whole.begin(), whole.end(), 200025), 2);
+  EXPECT_EQ(whole.front(), 200034);  // ]~!b[
+  std::vector<int32_t> want;
+  const int64_t n_img[2] = {8, 9};
+  int k = 0;
+  for (int32_t id : whole) {
+    if (id != 200025) {
+      want.push_back(id);
+      continue;
+    }
+    want.push_back(200029);
+    want.insert(want.end(), size_t(n_img[k++]), 200025);
+    want.push_back(200030);
+  }
+  size_t diff = 0;
+  while (diff < std::min(ct.ids.size(), want.size()) && ct.ids[diff] == want[diff]) ++diff;
+  EXPECT_EQ(ct.ids, want) << "first difference at " << diff << " of " << ct.ids.size() << " / " << want.size() << ": "
+                          << (diff < ct.ids.size() ? ct.ids[diff] : -1) << " vs " << (diff < want.size() ? want[diff] : -1);
+  ASSERT_EQ(ct.mm.size(), 2u);
+  for (int i = 0; i < 2; ++i) {
+    const auto& s = ct.mm[size_t(i)];
+    EXPECT_EQ(s.count, n_img[i]);
+    EXPECT_EQ(ct.ids[size_t(s.offset - 1)], 200029) << "image " << i;
+    for (int64_t j = s.offset; j < s.offset + s.count; ++j) EXPECT_EQ(ct.ids[size_t(j)], 200025);
+    EXPECT_EQ(ct.ids[size_t(s.offset + s.count)], 200030) << "image " << i;
+  }
+  // The text between the images: "Compare" before the first, " with " between them.
+  EXPECT_EQ(tok.decode({ct.ids.begin() + ct.mm[0].offset + 9, ct.ids.begin() + ct.mm[1].offset - 1}), " with ");
+  // /tokenize's count-only path gives the same ids.
+  EXPECT_EQ(server::tokenize_chat(text, images, ctx, false).ids, ct.ids);
 }

@@ -87,8 +87,10 @@ TEST(ImageInputs, SchemesAndLocalFiles) {
 TEST(ImageInputs, LimitMmPerPrompt) {
   MediaOptions opt;
   EXPECT_EQ(opt.limit_image, 999);
-  parse_limit_mm(R"({"image": 3, "video": 0, "audio": 0})", opt);
+  EXPECT_EQ(opt.limit_video, 999);
+  parse_limit_mm(R"({"image": 3, "video": 2, "audio": 0})", opt);
   EXPECT_EQ(opt.limit_image, 3);
+  EXPECT_EQ(opt.limit_video, 2);
   auto err = [](const std::string& j) {
     MediaOptions o;
     try {
@@ -98,7 +100,8 @@ TEST(ImageInputs, LimitMmPerPrompt) {
     }
     return std::string();
   };
-  EXPECT_NE(err(R"({"video": 1})").find("video input is not supported"), std::string::npos);
+  EXPECT_NE(err(R"({"audio": 1})").find("audio input is not supported"), std::string::npos);
+  EXPECT_NE(err(R"({"video": -1})").find("\"video\" must be a non-negative integer"), std::string::npos);
   EXPECT_NE(err(R"({"image": -1})").find("\"image\" must be a non-negative integer"), std::string::npos);
   EXPECT_NE(err(R"({"hologram": 1})").find("unknown modality \"hologram\""), std::string::npos);
   EXPECT_NE(err("[1]").find("expected a JSON object"), std::string::npos);

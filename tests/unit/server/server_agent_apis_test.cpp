@@ -101,7 +101,15 @@ TEST(AgentApis, ResponsesRefusalsNameTheField) {
   EXPECT_EQ(param(R"({"input": "hi", "truncation": "auto"})"), "truncation");
   EXPECT_EQ(param(R"({"input": "hi", "include": ["message.output_text.logprobs"]})"), "include");
   EXPECT_EQ(param(R"({"input": [{"role": "user", "content": "a"}, {"type": "item_reference", "id": "x"}]})"), "input[1].type");
-  EXPECT_EQ(param(R"({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]})"),
+  // Images: file_id and a detail other than auto are refused by name; input_image only in user messages.
+  EXPECT_EQ(param(R"({"input": [{"role": "user", "content": [{"type": "input_image", "file_id": "file-1", "detail": "auto"}]}]})"),
+            "input[0].content[0].file_id");
+  EXPECT_EQ(param(R"({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x", "detail": "low"}]}]})"),
+            "input[0].content[0].detail");
+  EXPECT_EQ(param(R"({"input": [{"role": "user", "content": [{"type": "input_image"}]}]})"), "input[0].content[0].image_url");
+  EXPECT_EQ(param(R"({"input": [{"role": "assistant", "content": [{"type": "input_image", "image_url": "x"}]}]})"),
+            "input[0].content[0]");
+  EXPECT_EQ(param(R"({"input": [{"role": "user", "content": [{"type": "input_file", "file_id": "f"}]}]})"),
             "input[0].content[0]");
   EXPECT_EQ(param(R"({"input": "hi", "tools": [{"type": "file_search"}]})"), "tools[0].type");
   EXPECT_EQ(param(R"({"instructions": "x"})"), "input");
@@ -144,12 +152,67 @@ TEST(AgentApis, MessagesRequestToChat) {
   EXPECT_EQ(ct, ojson::parse(R"({"messages": [{"role": "user", "content": "hi"}]})"));
 }
 
+// Image parts become chat image_url parts in order, text between them kept as text parts; each image's
+// name in the API's own terms is handed on for the chat path's errors. Without images the content stays a
+// string, as before.
+TEST(AgentApis, ImagesBecomeChatImageParts) {
+  const ResponsesRequest r = responses_to_chat(ojson::parse(R"({"instructions": "Be brief.", "input": [
+    {"role": "user", "content": "hi"},
+    {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "A "}, {"type": "input_text", "text": "and "},
+      {"type": "input_image", "image_url": "data:image/png;base64,AAAA", "detail": "auto", "file_id": null},
+      {"type": "input_image", "image_url": "https://example.com/b.jpg"}, {"type": "input_text", "text": " compare."}]}]})"));
+  EXPECT_EQ(r.chat["messages"], ojson::parse(R"([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"},
+    {"role": "user", "content": [{"type": "text", "text": "A and "},
+      {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}},
+      {"type": "image_url", "image_url": {"url": "https://example.com/b.jpg"}}, {"type": "text", "text": " compare."}]}])"))
+      << r.chat["messages"].dump(1);
+  EXPECT_EQ(r.image_names, (std::vector<std::string>{"input[1].content[2]", "input[1].content[3]"}));
+
+  std::vector<std::string> names;
+  const ojson m = messages_to_chat(ojson::parse(R"({"max_tokens": 5, "messages": [{"role": "user", "content": [
+      {"type": "image", "source": {"type": "base64", "media_type": "image/jpeg", "data": "/9j/"}, "cache_control": {"type": "ephemeral"}},
+      {"type": "text", "text": "What is it?"}, {"type": "image", "source": {"type": "url", "url": "https://example.com/c.png"}}]}]})"),
+                                   false, &names);
+  EXPECT_EQ(m["messages"], ojson::parse(R"([{"role": "user", "content": [
+      {"type": "image_url", "image_url": {"url": "data:image/jpeg;base64,/9j/"}}, {"type": "text", "text": "What is it?"},
+      {"type": "image_url", "image_url": {"url": "https://example.com/c.png"}}]}])"))
+      << m["messages"].dump(1);
+  EXPECT_EQ(names, (std::vector<std::string>{"messages[0].content[0]", "messages[0].content[2]"}));
+
+  // Tool outputs with images: the tool message's parts. Names follow the chat messages' order: a user
+  // turn's tool results come before its own text and images.
+  const ojson t = messages_to_chat(ojson::parse(R"({"max_tokens": 5, "messages": [
+      {"role": "user", "content": "Take a screenshot."},
+      {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "shot", "input": {}}]},
+      {"role": "user", "content": [{"type": "image", "source": {"type": "url", "url": "u1"}},
+        {"type": "tool_result", "tool_use_id": "toolu_1", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"},
+          {"type": "image", "source": {"type": "url", "url": "u2"}}]}]}]})"),
+                                   false, &names);
+  EXPECT_EQ(t["messages"][2], ojson::parse(R"({"role": "tool", "tool_call_id": "toolu_1", "content": [
+      {"type": "text", "text": "a\nb"}, {"type": "image_url", "image_url": {"url": "u2"}}]})")) << t.dump(1);
+  EXPECT_EQ(t["messages"][3], ojson::parse(R"({"role": "user", "content": [{"type": "image_url", "image_url": {"url": "u1"}}]})"));
+  EXPECT_EQ(names, (std::vector<std::string>{"messages[2].content[1].content[2]", "messages[2].content[0]"}));
+  const ResponsesRequest fo = responses_to_chat(ojson::parse(R"({"input": [{"role": "user", "content": "Look."},
+    {"type": "function_call", "call_id": "c1", "name": "shot", "arguments": "{}"},
+    {"type": "function_call_output", "call_id": "c1", "output": [{"type": "input_text", "text": "done"},
+      {"type": "input_image", "image_url": "u3"}]}]})"));
+  EXPECT_EQ(fo.chat["messages"][2], ojson::parse(R"({"role": "tool", "tool_call_id": "c1", "content": [
+      {"type": "text", "text": "done"}, {"type": "image_url", "image_url": {"url": "u3"}}]})")) << fo.chat.dump(1);
+  EXPECT_EQ(fo.image_names, (std::vector<std::string>{"input[2].output[1]"}));
+}
+
 TEST(AgentApis, MessagesRefusalsNameTheField) {
   auto param = [](const char* body) { return expect_error([&] { messages_to_chat(ojson::parse(body)); }); };
   const std::string msgs = R"("messages": [{"role": "user", "content": "hi"}])";
   EXPECT_EQ(param(("{" + msgs + "}").c_str()), "max_tokens");
   EXPECT_EQ(param(R"({"max_tokens": 5, "messages": [{"role": "user", "content": [{"type": "image", "source": {}}]}]})"),
-            "messages[0].content[0]");
+            "messages[0].content[0].source.type");
+  EXPECT_EQ(param(R"({"max_tokens": 5, "messages": [{"role": "user", "content": [{"type": "image", "source": {"type": "file", "file_id": "f"}}]}]})"),
+            "messages[0].content[0].source.type");
+  EXPECT_EQ(param(R"({"max_tokens": 5, "messages": [{"role": "user", "content": [{"type": "image", "source": {"type": "base64", "media_type": "text/plain", "data": "aGk="}}]}]})"),
+            "messages[0].content[0].source.media_type");
+  EXPECT_EQ(param(R"({"max_tokens": 5, "messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": [{"type": "image", "source": {"type": "url", "url": "x"}}]}]})"),
+            "messages[1].content[0]");
   EXPECT_EQ(param(("{\"max_tokens\": 5, \"tools\": [{\"type\": \"bash_20250124\", \"name\": \"bash\"}], " + msgs + "}").c_str()),
             "tools[0].type");
   EXPECT_EQ(param(("{\"max_tokens\": 5, \"thinking\": {\"type\": \"enabled\"}, " + msgs + "}").c_str()),

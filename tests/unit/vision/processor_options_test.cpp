@@ -69,7 +69,7 @@ TEST(VisionProcessorOptions, PreprocessorConfigDisagreementsAreRefusedByName) {
   EXPECT_NE(error_of(apply_file, "{").find("not valid JSON"), std::string::npos);
 }
 
-TEST(VisionProcessorOptions, MmProcessorKwargsTakeOnlyPixelBounds) {
+TEST(VisionProcessorOptions, MmProcessorKwargsTakePixelBoundsAndVideoSampling) {
   ProcessorConfig pc;
   m3::vision::apply_mm_processor_kwargs("", pc);  // no flag: defaults
   EXPECT_EQ(pc.min_pixels, 3136);
@@ -77,8 +77,22 @@ TEST(VisionProcessorOptions, MmProcessorKwargsTakeOnlyPixelBounds) {
   m3::vision::apply_mm_processor_kwargs(R"({"min_pixels": 12544, "max_pixels": 100352})", pc);
   EXPECT_EQ(pc.min_pixels, 12544);
   EXPECT_EQ(pc.max_pixels, 100352);
-  const auto f = m3::vision::apply_mm_processor_kwargs;
-  EXPECT_NE(error_of(f, R"({"fps": 2})").find("--mm-processor-kwargs: 'fps' is not supported"), std::string::npos);
+  void (*f)(const std::string&, ProcessorConfig&) = m3::vision::apply_mm_processor_kwargs;
+  EXPECT_NE(error_of(f, R"({"do_pan_and_scan": true})").find("--mm-processor-kwargs: 'do_pan_and_scan' is not supported"),
+            std::string::npos);
+  EXPECT_NE(error_of(f, R"({"fps": 0})").find("fps: expected a positive number"), std::string::npos);
+  // The video keys, and the pixel bounds reaching the video processor too (vLLM passes the kwargs to both).
+  m3::vision::VideoOptions vo;
+  EXPECT_EQ(vo.max_pixels, 602112);
+  EXPECT_EQ(vo.fps, 1.0);
+  m3::vision::apply_mm_processor_kwargs(
+      R"({"fps": 2.5, "max_frames": 16, "total_pixels": 1000000, "max_duration": 20, "max_pixels": 200704})", pc, vo);
+  EXPECT_EQ(vo.fps, 2.5);
+  EXPECT_EQ(vo.max_frames, 16);
+  EXPECT_EQ(vo.total_pixels, 1000000);
+  EXPECT_EQ(vo.max_duration, 20.0);
+  EXPECT_EQ(vo.max_pixels, 200704);
+  EXPECT_EQ(pc.max_pixels, 200704);
   EXPECT_NE(error_of(f, R"({"max_pixels": -1})").find("max_pixels: expected a positive integer"), std::string::npos);
   EXPECT_NE(error_of(f, R"({"min_pixels": 100, "max_pixels": 100})").find("below one merged patch"), std::string::npos);
   EXPECT_NE(error_of(f, R"({"min_pixels": "big"})").find("min_pixels: expected a positive integer"), std::string::npos);
