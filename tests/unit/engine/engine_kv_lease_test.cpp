@@ -251,7 +251,8 @@ TEST(EngineKvLease, PagesOfAnImagePromptAreNamedByTheImage) {
       for (size_t i = 0; i < chain.size(); ++i) {
         std::string blob;
         p.export_leased_page(lease->block_ids[i], chain[i], blob);
-        rp->blobs.push_back(std::move(blob));
+        rp->page_bytes = blob.size();
+        rp->data += blob;
       }
       p.kv_leases()->end_read(lease->request_id, true, 0);
       return rp;
