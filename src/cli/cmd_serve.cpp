@@ -258,13 +258,13 @@ void run_serve(ServeOpts& o, CLI::App* sub) {
     if (n.producer()) {
       engine.enable_kv_leases(std::chrono::milliseconds(int64_t(n.lease_seconds * 1000)));
       try {
-        kv_server = std::make_unique<transfer::KvTransferServer>(ucx, engine, hello, n.host, n.port);
+        kv_server = std::make_unique<transfer::KvTransferServer>(ucx, engine, hello, n.host, n.port, n.num_threads);
       } catch (const Error& e) {
         // The listener's port travels in every prefill answer (remote_port), so without an explicit
         // kv_port a busy default (another engine on this host) gives way to any free port.
         if (n.port_given) throw;
         std::fprintf(stderr, "[m3serve] %s; listening on any free port instead (give kv_port to insist)\n", e.what());
-        kv_server = std::make_unique<transfer::KvTransferServer>(ucx, engine, hello, n.host, 0);
+        kv_server = std::make_unique<transfer::KvTransferServer>(ucx, engine, hello, n.host, 0, n.num_threads);
       }
       ctx.kv_producer = true;
       ctx.kv_host = n.host;
@@ -280,8 +280,8 @@ void run_serve(ServeOpts& o, CLI::App* sub) {
                  "[m3serve] P/D disaggregation (NixlConnector, kv_role %s, engine id %s): %s%s; KV pages of %llu "
                  "bytes over UCX; kv_load_failure_policy %s\n",
                  n.role.c_str(), engine_id.c_str(),
-                 kv_server ? fmt::format("KV transfer listening on {}:{}, leases of {} s", n.host, kv_server->port(),
-                                         n.lease_seconds).c_str()
+                 kv_server ? fmt::format("KV transfer listening on {}:{} ({} serving threads), leases of {} s", n.host,
+                                         kv_server->port(), kv_server->num_threads(), n.lease_seconds).c_str()
                            : "no listener",
                  kv_fetcher ? ", pulls remote prefills" : "", (unsigned long long)hello.page_bytes,
                  ktc.load_failure_policy.c_str());

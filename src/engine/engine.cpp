@@ -181,7 +181,7 @@ namespace {
 class CodecImporter : public RemoteImporter {
  public:
   CodecImporter(KvPageCodec& codec, EngineStats& st) : codec_(codec), st_(st) {}
-  std::string import(const std::string& blob, const TransferPage& p, int32_t page, bool checksummed) override {
+  std::string import(std::string_view blob, const TransferPage& p, int32_t page, bool checksummed) override {
     std::string why = codec_.import_page(blob, page, p.hash, p.parent, p.tokens.data(), checksummed);
     if (why.empty()) ++st_.remote_pages_loaded;
     else ++st_.remote_load_failures;
@@ -212,14 +212,18 @@ void Engine::verify_remote(const std::vector<int32_t>& prompt, const std::vector
   const std::vector<TransferPage> chain =
       transfer_chain(prompt, block_size_, mm_page_salts(mm, int64_t(prompt.size()), block_size_));
   size_t i = 0;
-  while (i < rp.blobs.size() && i < chain.size() &&
-         codec_->verify(rp.blobs[i], chain[i].hash, chain[i].parent, chain[i].tokens.data()).empty())
+  while (i < rp.pages() && i < chain.size() &&
+         codec_->verify(rp.blob(i), chain[i].hash, chain[i].parent, chain[i].tokens.data()).empty())
     ++i;
   rp.checksummed = i;  // a page that fails is checked again, and refused with its reason, on admission
 }
 
 void Engine::export_leased_page(int32_t page, const TransferPage& p, std::string& out) const {
   codec_->export_page(page, p.hash, p.parent, p.tokens.data(), out);
+}
+
+void Engine::export_leased_page(int32_t page, const TransferPage& p, char* out) const {
+  codec_->export_page_to(page, p.hash, p.parent, p.tokens.data(), out);
 }
 
 void Engine::housekeeping() {
@@ -391,8 +395,8 @@ void Engine::add_request(const std::string& id, std::vector<int32_t> prompt, con
                 "--kv-transfer-config '{\"kv_connector\": \"NixlConnector\", \"kv_role\": \"kv_producer\"}')");
   if (kv.remote) {
     const size_t pages = size_t((plen + block_size_ - 1) / block_size_);
-    if (kv.remote->blobs.size() != pages)
-      throw Error("kv_transfer_params: " + std::to_string(kv.remote->blobs.size()) + " KV pages were pulled, but the " +
+    if (kv.remote->pages() != pages)
+      throw Error("kv_transfer_params: " + std::to_string(kv.remote->pages()) + " KV pages were pulled, but the " +
                   "prompt of " + std::to_string(plen) + " tokens fills " + std::to_string(pages) + " pages of " +
                   std::to_string(block_size_) + " tokens");
     enable_remote_prefill();

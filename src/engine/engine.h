@@ -161,6 +161,8 @@ class Engine {
   // Exports a leased page as a blob (kv_page_codec). Safe from the transfer thread: a leased page is
   // held, so the engine neither reuses nor writes it.
   void export_leased_page(int32_t page, const TransferPage& p, std::string& out) const;
+  // The same into `out`, which holds kv_page_blob_bytes() (the transfer's registered memory).
+  void export_leased_page(int32_t page, const TransferPage& p, char* out) const;
   // Decode side: makes the codec and importer pulled pages go through (else made at the first such
   // request). Call before serving, so that verify_remote may run on other threads.
   void enable_remote_prefill();

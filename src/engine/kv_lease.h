@@ -13,6 +13,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace m3 {
@@ -29,10 +30,14 @@ struct TransferPage {
 std::vector<TransferPage> transfer_chain(const std::vector<int32_t>& tokens, int block_size,
                                          const std::vector<uint64_t>& page_salts = {});
 
-// The pages a decode engine pulled from a prefill engine, one verified blob per page of the prompt
-// (kv_page_codec format), handed to Engine::add_request.
+// The pages a decode engine pulled from a prefill engine, one blob per page of the prompt (kv_page_codec
+// format), back to back in one buffer (the transfer reads them into it in place), handed to
+// Engine::add_request.
 struct RemotePrefill {
-  std::vector<std::string> blobs;
+  std::string data;       // pages() blobs of page_bytes each
+  size_t page_bytes = 0;
+  size_t pages() const { return page_bytes ? data.size() / page_bytes : 0; }
+  std::string_view blob(size_t i) const { return std::string_view(data).substr(i * page_bytes, page_bytes); }
   std::string source;  // "host:port" for messages
   // Pages [0, checksummed) passed KvPageCodec::verify already (Engine::verify_remote, on the thread that
   // pulled them): the engine thread then checks only their headers before copying them in.
@@ -47,8 +52,8 @@ struct RemoteKvRef {
   std::vector<int32_t> block_ids;  // remote_block_ids
 };
 
-// Pulls a prompt's pages from a prefill engine (the transport lives in src/transfer). Ok: `blobs` holds
-// one blob per block id, in order. Refused: the prefill engine said no (an id that is unknown,
+// Pulls a prompt's pages from a prefill engine (the transport lives in src/transfer). Ok: `out` holds
+// one blob per block id, in order (data and page_bytes set). Refused: the prefill engine said no (an id that is unknown,
 // expired, or not this lease's; another model or layout): the client's request is at fault. Failed:
 // the transfer broke (engine gone, connection cut, timeout): kv_load_failure_policy decides.
 enum class FetchStatus { Ok, Refused, Failed };
@@ -59,7 +64,7 @@ struct FetchResult {
 class RemoteKvFetcher {
  public:
   virtual ~RemoteKvFetcher() = default;
-  virtual FetchResult fetch(const RemoteKvRef& ref, std::vector<std::string>& blobs) = 0;
+  virtual FetchResult fetch(const RemoteKvRef& ref, RemotePrefill& out) = 0;
 };
 
 // What the prefill engine returns for a leased prompt (the server adds engine id, host, port).

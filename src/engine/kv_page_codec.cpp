@@ -18,7 +18,6 @@ namespace {
 constexpr char kMagic[8] = {'M', '3', 'K', 'V', 'P', 'G', '0', '1'};
 constexpr size_t kFixed = 8 + 6 * 8;
 
-void put64(std::string& s, uint64_t v) { s.append(reinterpret_cast<const char*>(&v), 8); }
 uint64_t get64(const char* p) {
   uint64_t v;
   std::memcpy(&v, p, 8);
@@ -73,22 +72,26 @@ KvPageCodec::KvPageCodec(KVPool& target, KVPool* draft, uint64_t layout_id)
 size_t KvPageCodec::header_bytes() const { return kFixed + size_t(block_size_) * sizeof(int32_t); }
 
 void KvPageCodec::export_page(int32_t page, uint64_t hash, uint64_t parent, const int32_t* tokens, std::string& out) {
-  out.clear();
-  out.reserve(blob_bytes());
-  out.append(kMagic, 8);
-  put64(out, layout_id_);
-  put64(out, uint64_t(block_size_));
-  put64(out, hash);
-  put64(out, parent);
-  put64(out, payload_);
-  put64(out, 0);  // checksum, filled below
-  out.append(reinterpret_cast<const char*>(tokens), size_t(block_size_) * sizeof(int32_t));
-  const size_t start = out.size();
-  auto append = [&](const uint8_t* p, size_t n) { out.append(reinterpret_cast<const char*>(p), n); };
+  out.resize(blob_bytes());
+  export_page_to(page, hash, parent, tokens, out.data());
+}
+
+void KvPageCodec::export_page_to(int32_t page, uint64_t hash, uint64_t parent, const int32_t* tokens, char* out) {
+  std::memcpy(out, kMagic, 8);
+  const uint64_t head[6] = {layout_id_, uint64_t(block_size_), hash, parent, payload_, 0};  // checksum below
+  std::memcpy(out + 8, head, sizeof head);
+  const size_t tok = size_t(block_size_) * sizeof(int32_t);
+  std::memcpy(out + 8 + sizeof head, tokens, tok);
+  const size_t start = 8 + sizeof head + tok;
+  size_t at = start;
+  auto append = [&](const uint8_t* p, size_t n) {
+    std::memcpy(out + at, p, n);
+    at += n;
+  };
   target_.for_each_page_run(page, append);
   if (draft_) draft_->for_each_page_run(page, append);
-  const uint64_t sum = checksum64(out.data() + start, out.size() - start);
-  std::memcpy(&out[8 + 5 * 8], &sum, 8);
+  const uint64_t sum = checksum64(out + start, at - start);
+  std::memcpy(out + 8 + 5 * 8, &sum, 8);
 }
 
 bool KvPageCodec::peek(std::string_view blob, uint64_t* hash, uint64_t* parent) const {

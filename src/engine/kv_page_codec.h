@@ -31,6 +31,8 @@ class KvPageCodec {
 
   // The page's bytes with their header.
   void export_page(int32_t page, uint64_t hash, uint64_t parent, const int32_t* tokens, std::string& out);
+  // The same into `out`, which holds blob_bytes() (the transfer exports into memory the peer reads).
+  void export_page_to(int32_t page, uint64_t hash, uint64_t parent, const int32_t* tokens, char* out);
   // Checks the blob against (layout, hash, parent, tokens) and its checksum, then copies it into
   // `page`. Returns an empty string on success, else what did not match (the page is left unchanged).
   // `checksum_known_good`: the payload's checksum was already verified (verify() on another thread),

@@ -111,7 +111,7 @@ int64_t Scheduler::remote_hit(Sequence* s) {
   for (; i < chain.size(); ++i) {
     const int32_t b = pool_.allocate();
     if (b < 0) break;  // the pool is full now: what is missing is computed (admission decides when)
-    why = importer_->import(s->remote->blobs[i], chain[i], b, i < s->remote->checksummed);
+    why = importer_->import(s->remote->blob(i), chain[i], b, i < s->remote->checksummed);
     if (!why.empty()) {
       pool_.release(b);
       why = "KV page " + std::to_string(i) + " pulled from " + s->remote->source + " does not fit this prompt: " + why;

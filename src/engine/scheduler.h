@@ -16,6 +16,7 @@
 #include <deque>
 #include <functional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -81,7 +82,7 @@ class PrefixLoader {
 class RemoteImporter {
  public:
   virtual ~RemoteImporter() = default;
-  virtual std::string import(const std::string& blob, const TransferPage& p, int32_t page, bool checksummed) = 0;
+  virtual std::string import(std::string_view blob, const TransferPage& p, int32_t page, bool checksummed) = 0;
 };
 
 class Scheduler {

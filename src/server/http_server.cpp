@@ -123,7 +123,7 @@ std::shared_ptr<const RemotePrefill> pull_remote_prefill(AsyncEngine& ae, const 
                                                          const std::vector<MultimodalSpan>& mm) {
   auto rp = std::make_shared<RemotePrefill>();
   rp->source = ref.host + ":" + std::to_string(ref.port);
-  const FetchResult r = ctx.kv_fetcher->fetch(ref, rp->blobs);
+  const FetchResult r = ctx.kv_fetcher->fetch(ref, *rp);
   if (r.status == FetchStatus::Ok) {
     ae.verify_remote(prompt, mm, *rp);  // here, on this worker thread: the engine thread only copies
     return rp;

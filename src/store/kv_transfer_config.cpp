@@ -139,6 +139,7 @@ void connector(const json& c, const std::string& where, KvTransferConfig& out, b
       n.port = int(p.get<int64_t>());
       n.port_given = true;
     }
+    bool num_threads_given = false;
     for (auto it = extra.begin(); it != extra.end(); ++it) {
       const std::string& k = it.key();
       const json& v = it.value();
@@ -146,9 +147,16 @@ void connector(const json& c, const std::string& where, KvTransferConfig& out, b
         if (!v.is_number() || v.get<double>() <= 0)
           throw Error(where + ": kv_lease_duration must be a positive number of seconds");
         n.lease_seconds = v.get<double>();
-      } else if (k == "num_threads" || k == "engine_ttl") {
-        // NIXL's agent threads and its cache of remote engines' metadata: here one thread serves reads
-        // and each read connects afresh, so neither has anything to set (noted at start).
+      } else if (k == "num_threads") {
+        // NIXL's agent threads (vLLM's default 4): here the prefill side's serving threads, each
+        // answering one decode engine's read at a time, so that reads run side by side.
+        if (!v.is_number_integer() || v.get<int64_t>() < 1 || v.get<int64_t>() > 256)
+          throw Error(where + ": num_threads must be an integer in [1, 256] (threads serving KV reads)");
+        n.num_threads = int(v.get<int64_t>());
+        num_threads_given = true;
+      } else if (k == "engine_ttl") {
+        // NIXL's cache of remote engines' metadata: each read connects afresh here, so there is nothing
+        // to keep (noted at start).
         if (!v.is_number_integer() || v.get<int64_t>() < 0) throw Error(where + ": " + k + " must be an integer >= 0");
         out.not_applicable.push_back("--kv-transfer-config NixlConnector " + k);
       } else if (k == "enforce_handshake_compat") {
@@ -166,6 +174,10 @@ void connector(const json& c, const std::string& where, KvTransferConfig& out, b
                     "engine_ttl, enforce_handshake_compat)");
       }
     }
+    // A decode-only engine serves no reads: its pulls run on the threads of the requests asking for them.
+    if (num_threads_given && !n.producer())
+      out.not_applicable.push_back("--kv-transfer-config NixlConnector num_threads (the threads serving KV reads: "
+                                   "a kv_consumer serves none)");
     out.nixl = n;
     return;
   }

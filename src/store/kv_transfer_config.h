@@ -29,8 +29,9 @@ struct KvTransferConfig {
   // moved over UCX (src/transfer). kv_role: "kv_producer" (prefills for decode engines: leases pages and
   // listens on kv_ip:kv_port), "kv_consumer" (pulls them), "kv_both". kv_connector_extra_config:
   // kv_lease_duration (seconds a leased prompt waits to be read; vLLM's VLLM_NIXL_ABORT_REQUEST_TIMEOUT,
-  // 480) and backends (["UCX"] only); the recipe's kv_buffer_device "cuda", num_threads, engine_ttl and
-  // enforce_handshake_compat false are listed at start as not applicable (KV lives in host memory here).
+  // 480), num_threads (threads serving KV reads on the prefill side, vLLM's default 4) and backends
+  // (["UCX"] only); the recipe's kv_buffer_device "cuda", engine_ttl and enforce_handshake_compat false
+  // are listed at start as not applicable (KV lives in host memory here).
   struct Nixl {
     std::string role;
     std::string engine_id;  // empty: a random one
@@ -38,6 +39,7 @@ struct KvTransferConfig {
     int port = 5600;  // vLLM's VLLM_NIXL_SIDE_CHANNEL_PORT default
     bool port_given = false;  // kv_port set: it must be had; the default gives way to any free port
     double lease_seconds = 480;
+    int num_threads = 4;  // vLLM's NixlConnector default
     bool producer() const { return role == "kv_producer" || role == "kv_both"; }
     bool consumer() const { return role == "kv_consumer" || role == "kv_both"; }
   };

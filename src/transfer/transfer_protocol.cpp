@@ -3,6 +3,7 @@
 #include "transfer/transfer_protocol.h"
 
 #include <cinttypes>
+#include <cstdio>
 #include <sstream>
 
 namespace m3::transfer {
@@ -65,7 +66,7 @@ std::string check_hello(const Hello& mine, const Hello& theirs) {
 std::string encode(const ReadRequest& r) {
   std::string s = "m3pd-read " + r.request_id + "\n";
   for (size_t i = 0; i < r.block_ids.size(); ++i) s += (i ? " " : "") + std::to_string(r.block_ids[i]);
-  return s + "\n";
+  return s + (r.mode == ReadMode::Rma ? "\nmode rma\n" : "\nmode stream\n");
 }
 
 std::optional<ReadRequest> decode_read(const std::string& bytes) {
@@ -83,7 +84,33 @@ std::optional<ReadRequest> decode_read(const std::string& bytes) {
     r.block_ids.push_back(int32_t(v));
   }
   if (!ids.eof() || r.block_ids.empty() || r.block_ids.size() > (1u << 20)) return std::nullopt;
+  if (!std::getline(in, line)) return std::nullopt;
+  if (line == "mode rma") r.mode = ReadMode::Rma;
+  else if (line == "mode stream") r.mode = ReadMode::Stream;
+  else return std::nullopt;
+  if (std::getline(in, line)) return std::nullopt;  // nothing after the mode
   return r;
+}
+
+std::string encode(const RmaOffer& o) {
+  char head[80];
+  std::snprintf(head, sizeof head, "m3pd-rma %" PRIx64 " %" PRIu64 "\n", o.addr, o.bytes);
+  return head + o.key;
+}
+
+std::optional<RmaOffer> decode_rma_offer(const std::string& bytes) {
+  const size_t nl = bytes.find('\n');
+  if (bytes.rfind("m3pd-rma ", 0) != 0 || nl == std::string::npos) return std::nullopt;
+  RmaOffer o;
+  unsigned long long a = 0, n = 0;
+  char tail = 0;
+  const std::string head = bytes.substr(9, nl - 9);
+  if (std::sscanf(head.c_str(), "%llx %llu%c", &a, &n, &tail) != 2) return std::nullopt;
+  o.addr = a;
+  o.bytes = n;
+  o.key = bytes.substr(nl + 1);
+  if (o.key.empty()) return std::nullopt;
+  return o;
 }
 
 }  // namespace m3::transfer

@@ -35,7 +35,7 @@ sockaddr_storage resolve(const std::string& host, int port, socklen_t* len) {
 UcxContext::UcxContext() {
   ucp_params_t p{};
   p.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
-  p.features = UCP_FEATURE_STREAM | UCP_FEATURE_WAKEUP;
+  p.features = UCP_FEATURE_STREAM | UCP_FEATURE_RMA | UCP_FEATURE_WAKEUP;
   p.mt_workers_shared = 1;  // each thread has its own worker; the context is shared
   ucp_config_t* cfg = nullptr;
   ucs_status_t st = ucp_config_read(nullptr, nullptr, &cfg);
@@ -198,11 +198,11 @@ Link::Pending Link::start_send(const void* data, size_t n) {
   return p;
 }
 
-std::string Link::finish_send(Pending& p, Deadline deadline) {
+std::string Link::finish_send(Pending& p, Deadline deadline, const char* what) {
   if (!p.error.empty()) return p.error;
   const ucs_status_ptr_t r = p.req;
   p.req = nullptr;
-  return wait_request(r, deadline, "send");
+  return wait_request(r, deadline, what);
 }
 
 std::string Link::recv(void* data, size_t n, Deadline deadline) {
@@ -214,6 +214,58 @@ std::string Link::recv(void* data, size_t n, Deadline deadline) {
   rp.flags = UCP_STREAM_RECV_FLAG_WAITALL;
   rp.cb.recv_stream = [](void*, ucs_status_t, size_t, void*) {};
   return wait_request(ucp_stream_recv_nbx(ep_, data, n, &got, &rp), deadline, "receive");
+}
+
+MemRegion::MemRegion(const UcxContext& ctx, void* addr, size_t n) : ctx_(ctx.get()), addr_(addr), n_(n) {
+  ucp_mem_map_params_t mp{};
+  mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
+  mp.address = addr;
+  mp.length = n;
+  const ucs_status_t st = ucp_mem_map(ctx_, &mp, &memh_);
+  if (st != UCS_OK)
+    throw Error("UCX: cannot register " + std::to_string(n) + " bytes for the KV transfer: " + status_text(st));
+}
+
+MemRegion::~MemRegion() {
+  if (memh_) ucp_mem_unmap(ctx_, memh_);
+}
+
+std::string MemRegion::packed_key() const {
+  void* buf = nullptr;
+  size_t len = 0;
+  const ucs_status_t st = ucp_rkey_pack(ctx_, memh_, &buf, &len);
+  if (st != UCS_OK) throw Error("UCX: cannot pack the key of a KV transfer buffer: " + status_text(st));
+  std::string out(static_cast<const char*>(buf), len);
+  ucp_rkey_buffer_release(buf);
+  return out;
+}
+
+RemoteKey::~RemoteKey() {
+  if (rkey_) ucp_rkey_destroy(rkey_);
+}
+
+std::string Link::unpack_key(const std::string& packed, RemoteKey& out) {
+  if (!ep_ || broken()) return "the connection is closed (" + status_text(failed_) + ")";
+  const ucs_status_t st = ucp_ep_rkey_unpack(ep_, packed.data(), &out.rkey_);
+  if (st != UCS_OK) {
+    out.rkey_ = nullptr;
+    return "the peer's memory key does not unpack: " + status_text(st);
+  }
+  return {};
+}
+
+Link::Pending Link::start_get(void* local, size_t n, uint64_t remote_addr, const RemoteKey& key, const MemRegion& mine) {
+  Pending p;
+  if (!ep_ || broken()) {
+    p.error = "the connection is closed (" + status_text(failed_) + ")";
+    return p;
+  }
+  ucp_request_param_t rp{};
+  rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_MEMH;
+  rp.cb.send = [](void*, ucs_status_t, void*) {};
+  rp.memh = mine.get();
+  p.req = ucp_get_nbx(ep_, local, n, remote_addr, key.get(), &rp);
+  return p;
 }
 
 std::string Link::send_frame(const std::string& body, Deadline deadline) {

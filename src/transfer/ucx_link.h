@@ -3,7 +3,9 @@
 // carrying a byte stream (UCX's stream API: RDMA or shared memory where the host has them, TCP
 // otherwise; UCX_TLS chooses). Every operation waits with a deadline, sleeping on the worker's event
 // fd between progress calls, and a peer that dies surfaces as a failed operation (UCX's peer error
-// handling), never a hang.
+// handling), never a hang. Pages move by RMA: the side that has them registers a buffer (MemRegion) and
+// hands its address and packed key to the peer, which reads it with Link::start_get (zero-copy where the
+// transport can: CMA/KNEM/RDMA; over TCP, UCX emulates the read with messages).
 #pragma once
 #include <chrono>
 #include <cstdint>
@@ -40,6 +42,11 @@ class UcxWorker {
   // Progresses until `done()` or the deadline (false), sleeping on the event fd when idle.
   template <class F>
   bool wait_until(F done, Deadline deadline);
+  // Progresses what is ready now, without waiting.
+  void progress() {
+    while (ucp_worker_progress(w_) != 0) {
+    }
+  }
   // Wakes a thread sleeping in wait_until (another thread may call it).
   void signal();
 
@@ -48,6 +55,40 @@ class UcxWorker {
   ucp_worker_h w_ = nullptr;
   int efd_ = -1;
   bool busy_poll_ = false;  // M3_UCX_BUSY_POLL=1: never sleep between progress calls (latency probes)
+};
+
+// A buffer registered with UCX, so that a peer can read it (its packed key travels to the peer) or a read
+// can land in it.
+class MemRegion {
+ public:
+  MemRegion(const UcxContext& ctx, void* addr, size_t n);  // throws m3::Error
+  ~MemRegion();
+  MemRegion(const MemRegion&) = delete;
+  MemRegion& operator=(const MemRegion&) = delete;
+  ucp_mem_h get() const { return memh_; }
+  void* addr() const { return addr_; }
+  size_t size() const { return n_; }
+  std::string packed_key() const;  // what a peer unpacks (Link::unpack_key) to read this region
+
+ private:
+  ucp_context_h ctx_;
+  ucp_mem_h memh_ = nullptr;
+  void* addr_;
+  size_t n_;
+};
+
+// A peer's region key unpacked on one endpoint; destroyed before that endpoint closes.
+class RemoteKey {
+ public:
+  RemoteKey() = default;
+  ~RemoteKey();
+  RemoteKey(const RemoteKey&) = delete;
+  RemoteKey& operator=(const RemoteKey&) = delete;
+  ucp_rkey_h get() const { return rkey_; }
+
+ private:
+  friend class Link;
+  ucp_rkey_h rkey_ = nullptr;
 };
 
 // One connection's byte stream.
@@ -70,8 +111,13 @@ class Link {
     std::string error;  // failed at once
   };
   Pending start_send(const void* data, size_t n);
-  std::string finish_send(Pending& p, Deadline deadline);
+  std::string finish_send(Pending& p, Deadline deadline, const char* what = "send");
   std::string recv_frame(std::string& body, size_t max_bytes, Deadline deadline);
+  // RMA: `packed` (MemRegion::packed_key of the peer) made usable on this link. "" or why not.
+  std::string unpack_key(const std::string& packed, RemoteKey& out);
+  // RMA read of n bytes at the peer's `remote_addr` into `local` (inside `mine`, registered here), left in
+  // flight: finish_send waits for it as for a send. Reads complete in any order.
+  Pending start_get(void* local, size_t n, uint64_t remote_addr, const RemoteKey& key, const MemRegion& mine);
   bool broken() const { return failed_ != UCS_OK; }
 
  private:
@@ -91,6 +137,8 @@ class Listener {
   int port() const { return port_; }
   // A connection request received since the last call (progress the worker to receive them), or null.
   ucp_conn_request_h take();
+  // Refuses a request taken but never accepted (on the listener's thread, or once no thread progresses).
+  void reject(ucp_conn_request_h r) { ucp_listener_reject(l_, r); }
 
  private:
   static void on_conn(ucp_conn_request_h req, void* arg);

@@ -59,7 +59,7 @@ start P3 --kv-transfer-config "$(nixl kv_producer)"
 start PC --kv-transfer-config "$(nixl kv_producer ', "kv_buffer_device": "cuda"')"
 M3_KV_TRANSFER_FAULT=die-after-pages:1 start P4 --kv-transfer-config "$(nixl kv_producer)"
 M3_KV_TRANSFER_FAULT=die-after-pages:1 start P5 --kv-transfer-config "$(nixl kv_producer)"
-grep -q "KV transfer listening on 127.0.0.1:[0-9]*, leases of 480 s" "$TMP/P.log" || fail "the listener is not said at start"
+grep -q "KV transfer listening on 127.0.0.1:[0-9]* (4 serving threads), leases of 480 s" "$TMP/P.log" || fail "the listener is not said at start"
 "$BIN" proxy --prefill "$URL_P" --decode "$URL_D" --port 0 >"$TMP/proxy.log" 2>&1 &
 PIDS+=($!)
 wait_server_health "$TMP/proxy.log" $!

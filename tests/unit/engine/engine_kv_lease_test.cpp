@@ -62,7 +62,8 @@ std::shared_ptr<m3::RemotePrefill> prefill(m3::Engine& p, const std::vector<int3
   for (size_t i = 0; i < chain.size(); ++i) {
     std::string blob;
     p.export_leased_page(lease->block_ids[i], chain[i], blob);
-    rp->blobs.push_back(std::move(blob));
+    rp->page_bytes = blob.size();
+    rp->data += blob;
   }
   p.kv_leases()->end_read(lease->request_id, true, 0);
   return rp;
@@ -98,6 +99,43 @@ TEST(EngineKvLease, DecodeFromPulledPagesEqualsOneEngine) {
     EXPECT_EQ(p.stats().free_pages, 32);
     EXPECT_EQ(p.stats().leases.active, 0);
     EXPECT_EQ(p.stats().leases.read, 1);
+  }
+}
+
+// A P/D request preempted on the decode engine: its pulled prompt pages went into the prefix cache as
+// they were imported (the whole pages before the last prompt token's) and the page the decode filled is
+// published when full, so re-admission finds them there: no prompt token is computed again, only the
+// tokens past the last cached page (the generated ones). Greedy output equals one engine doing both.
+TEST(EngineKvLease, PreemptedRemoteRequestResumesFromItsPulledPages) {
+  std::mt19937 rng(11);
+  const auto px = m3test::random_tokens(rng, 40, 256), pd = m3test::random_tokens(rng, 40, 256);
+  m3::Engine agg(model(), nullptr, pool(32));
+  const auto want = run(agg, "agg", pd, 40);
+  m3::Engine p(model(), nullptr, pool(32));
+  p.enable_kv_leases(std::chrono::seconds(60));
+  m3::KvLeaseInfo info;
+  auto rp = prefill(p, pd, &info);
+  // 8 pages of 16 tokens: x (40 + 30 tokens, 5 pages) is admitted first and d (40 + 40, 5 pages) after;
+  // when x needs its fifth page the pool is full and d, the last admitted, is preempted.
+  for (bool caching : {true, false}) {
+    m3::EngineConfig c = pool(8);
+    c.enable_prefix_caching = caching;
+    m3::Engine d(model(), nullptr, c);
+    d.add_request("x", px, greedy(30));
+    m3::RequestKv kv;
+    kv.remote = rp;
+    d.add_request("d", pd, greedy(40), {}, kv);
+    std::map<std::string, std::vector<int32_t>> out;
+    while (d.has_work())
+      for (auto& o : d.step())
+        out[o.request_id].insert(out[o.request_id].end(), o.new_tokens.begin(), o.new_tokens.end());
+    EXPECT_EQ(out["d"], want) << "prefix caching " << caching;
+    EXPECT_EQ(out["x"].size(), 30u);
+    EXPECT_EQ(d.stats().preemptions, 1);
+    EXPECT_EQ(d.stats().remote_pages_loaded, 3);
+    // x's prompt, and d's last prompt token once (for its first logits): with prefix caching nothing of
+    // d's prompt again; without it (nothing kept past a preemption) d's whole prompt is recomputed here.
+    EXPECT_EQ(d.stats().prompt_tokens_computed, caching ? 40 + 1 : 40 + 1 + 40);
   }
 }
 
@@ -139,7 +177,7 @@ TEST(EngineKvLease, PagesVerifiedOffTheEngineThreadAndACorruptedOneRecomputed) {
   p.enable_kv_leases(std::chrono::seconds(60));
   m3::KvLeaseInfo info;
   auto rp = prefill(p, prompt, &info);
-  rp->blobs[1][rp->blobs[1].size() - 3] ^= 0x40;  // one bit of page 1's payload flipped in transit
+  rp->data[2 * rp->page_bytes - 3] ^= 0x40;  // one bit of page 1's payload flipped in transit
   m3::Engine agg(model(), nullptr, pool(32));
   const auto want = run(agg, "agg", prompt, 6);
   m3::Engine d(model(), nullptr, pool(32));
@@ -213,7 +251,8 @@ TEST(EngineKvLease, PagesOfAnImagePromptAreNamedByTheImage) {
       for (size_t i = 0; i < chain.size(); ++i) {
         std::string blob;
         p.export_leased_page(lease->block_ids[i], chain[i], blob);
-        rp->blobs.push_back(std::move(blob));
+        rp->page_bytes = blob.size();
+        rp->data += blob;
       }
       p.kv_leases()->end_read(lease->request_id, true, 0);
       return rp;
@@ -254,7 +293,8 @@ TEST(EngineKvLease, RefusesWhatItCannotServe) {
   EXPECT_THROW(e.add_request("a", {1, 2, 3}, greedy(1), {}, hold), m3::Error);  // no leases enabled
   m3::RequestKv kv;
   auto rp = std::make_shared<m3::RemotePrefill>();
-  rp->blobs.resize(1);
+  rp->page_bytes = 64;
+  rp->data.resize(64);
   kv.remote = rp;
   // 20 tokens fill two pages: one blob is not the prompt's pages.
   EXPECT_THROW(e.add_request("b", std::vector<int32_t>(20, 7), greedy(1), {}, kv), m3::Error);

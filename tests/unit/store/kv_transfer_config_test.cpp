@@ -38,7 +38,9 @@ TEST(KvTransferConfig, RecipeMultiConnectorConfiguresTheHostTier) {
   ASSERT_TRUE(c.cpu_offload.has_value());
   EXPECT_EQ(c.cpu_offload->bytes, 601295421440);
   EXPECT_FALSE(c.cpu_offload->lazy);
-  EXPECT_TRUE(has(c.not_applicable, "NixlConnector"));
+  ASSERT_TRUE(c.nixl.has_value());  // P/D on the prefill side, its num_threads serving reads
+  EXPECT_EQ(c.nixl->num_threads, 4);
+  EXPECT_FALSE(has(c.not_applicable, "num_threads"));
   EXPECT_TRUE(has(c.not_applicable, "cpu_hugepage_block_size"));
   EXPECT_FALSE(c.redis.has_value());
   EXPECT_EQ(c.load_failure_policy, "recompute");
@@ -112,6 +114,15 @@ TEST(KvTransferConfig, NixlConnectorConfiguresDisaggregation) {
   EXPECT_DOUBLE_EQ(d.nixl->lease_seconds, 480);  // vLLM's VLLM_NIXL_ABORT_REQUEST_TIMEOUT
   EXPECT_EQ(d.nixl->port, 5600);
   EXPECT_FALSE(d.nixl->port_given);  // a busy default gives way to any free port (cmd_serve)
+  EXPECT_EQ(d.nixl->num_threads, 4);  // vLLM's NixlConnector default
+  // num_threads: the threads serving KV reads on a producer; a consumer serves none, which is said.
+  const KvTransferConfig t = KvTransferConfig::parse(
+      R"({"kv_connector":"NixlConnector","kv_role":"kv_producer","kv_connector_extra_config":{"num_threads":2}})");
+  EXPECT_EQ(t.nixl->num_threads, 2);
+  EXPECT_FALSE(has(t.not_applicable, "num_threads"));
+  const KvTransferConfig u = KvTransferConfig::parse(
+      R"({"kv_connector":"NixlConnector","kv_role":"kv_consumer","kv_connector_extra_config":{"num_threads":2}})");
+  EXPECT_TRUE(has(u.not_applicable, "num_threads"));
 }
 
 TEST(KvTransferConfig, NixlConnectorRefusesWhatItCannotServe) {
@@ -126,6 +137,10 @@ TEST(KvTransferConfig, NixlConnectorRefusesWhatItCannotServe) {
   EXPECT_NE(error_of(R"({"kv_connector":"NixlConnector","kv_role":"kv_both",
                         "kv_connector_extra_config":{"kv_lease_duration":0}})")
                 .find("kv_lease_duration"),
+            std::string::npos);
+  EXPECT_NE(error_of(R"({"kv_connector":"NixlConnector","kv_role":"kv_both",
+                        "kv_connector_extra_config":{"num_threads":0}})")
+                .find("num_threads must be an integer in [1, 256]"),
             std::string::npos);
   EXPECT_NE(error_of(R"({"kv_connector":"NixlConnector","kv_role":"kv_both",
                         "kv_connector_extra_config":{"warp_drive":1}})")

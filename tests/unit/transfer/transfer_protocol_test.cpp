@@ -44,8 +44,8 @@ TEST(TransferProtocol, HandshakeNamesWhatDiffers) {
   t.layout_id ^= 1;
   EXPECT_NE(check_hello(hello(), t).find("another model or weights"), std::string::npos);
   t = hello();
-  t.version = 2;
-  EXPECT_NE(check_hello(hello(), t).find("protocol version 2"), std::string::npos);
+  t.version = 1;  // the first protocol (pages on the stream only)
+  EXPECT_NE(check_hello(hello(), t).find("protocol version 1"), std::string::npos);
 }
 
 TEST(TransferProtocol, MalformedMessagesAreRefused) {
@@ -56,8 +56,29 @@ TEST(TransferProtocol, MalformedMessagesAreRefused) {
   ASSERT_TRUE(r.has_value());
   EXPECT_EQ(r->request_id, "abc");
   EXPECT_EQ(r->block_ids, (std::vector<int32_t>{3, 1, 2}));
+  EXPECT_EQ(r->mode, ReadMode::Rma);
+  EXPECT_EQ(decode_read(encode(ReadRequest{"abc", {3}, ReadMode::Stream}))->mode, ReadMode::Stream);
+  EXPECT_FALSE(decode_read("m3pd-read abc\n1 2\n").has_value());               // no mode
+  EXPECT_FALSE(decode_read("m3pd-read abc\n1 2\nmode teleport\n").has_value());
+  EXPECT_FALSE(decode_read("m3pd-read abc\n1 2\nmode rma\nmore\n").has_value());
   EXPECT_FALSE(decode_read("m3pd-read abc\n1 -2\n").has_value());
   EXPECT_FALSE(decode_read("m3pd-read abc\n1 x\n").has_value());
   EXPECT_FALSE(decode_read("m3pd-read abc\n\n").has_value());
   EXPECT_FALSE(decode_read("m3pd-read \n1\n").has_value());
+}
+
+TEST(TransferProtocol, RmaOfferRoundTripsWithABinaryKey) {
+  RmaOffer o;
+  o.addr = 0x7f12345678abULL;
+  o.bytes = 123456789;
+  o.key = std::string("\0\n\xff key", 8);  // packed keys are binary: newlines and NULs included
+  const auto d = decode_rma_offer(encode(o));
+  ASSERT_TRUE(d.has_value());
+  EXPECT_EQ(d->addr, o.addr);
+  EXPECT_EQ(d->bytes, o.bytes);
+  EXPECT_EQ(d->key, o.key);
+  EXPECT_FALSE(decode_rma_offer("").has_value());  // the server could not register its buffer
+  EXPECT_FALSE(decode_rma_offer("m3pd-rma 10 20\n").has_value());  // no key
+  EXPECT_FALSE(decode_rma_offer("m3pd-rma 10\nkey").has_value());
+  EXPECT_FALSE(decode_rma_offer("m3pd-rma zz 20\nkey").has_value());
 }
