@@ -135,7 +135,11 @@ TEST(KvEvents, SubscriberRebuildsThePrefixCacheExactly) {
   check(r, "live subscriber (every 5th message lost)");
   EXPECT_GT(r["live"].get<int>(), 0);
   EXPECT_GT(r["replayed"].get<int>(), 0);
-  EXPECT_GT(r["dropped"].get<int>(), 0);
+  // The subscriber drops every 5th message it receives live. How many it receives live depends on when
+  // ZMQ has propagated its subscription to the publisher (the "slow joiner"): on a loaded host most of a
+  // short workload can pass before that and arrive by replay instead. Either way batches were lost and
+  // recovered (replayed > 0 above); the deliberate drops are only checked when enough arrived live.
+  if (r["live"].get<int>() + r["dropped"].get<int>() >= 5) EXPECT_GT(r["dropped"].get<int>(), 0);
   EXPECT_GT(r["counts"]["BlockRemoved"].get<int>(), 0) << "the pool was meant to evict";
   EXPECT_EQ(r["counts"]["AllBlocksCleared"].get<int>(), 1);
   // A subscriber that joins after everything was sent recovers it all from the replay buffer.
