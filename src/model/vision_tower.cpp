@@ -38,10 +38,6 @@ void layer_norm(const float* x, int64_t T, int64_t H, const std::vector<float>& 
   }
 }
 
-void gelu_erf(float* x, int64_t n) {
-#pragma omp parallel for schedule(static) if (n > 65536)
-  for (int64_t i = 0; i < n; ++i) x[i] = 0.5f * x[i] * (1.0f + std::erf(x[i] * float(M_SQRT1_2)));
-}
 
 // y = x W^T (+ b): the compute-bound GEMM (kernels/cpu/gemm.h) for F32 / BF16 rows, which every
 // vision matrix is; the shared linear kernels otherwise.

@@ -120,6 +120,14 @@ void gemm_linear(const Linear& W, const float* bias, const float* x, int64_t T, 
   gemm_parallel(T, W.N, W.K, x, W.K, B, y, W.N, bias);
 }
 
+void gelu_erf(float* x, int64_t n) {
+  const GemmOps& ops = gemm_ops();
+  constexpr int64_t kChunk = 16384;
+  const int64_t chunks = (n + kChunk - 1) / kChunk;
+#pragma omp parallel for schedule(static) if (chunks > 1 && !omp_in_parallel())
+  for (int64_t c = 0; c < chunks; ++c) ops.gelu(x + c * kChunk, std::min(kChunk, n - c * kChunk));
+}
+
 void attention_dense(const float* q, const float* k, const float* v, int64_t ld, int64_t n, int heads, int D,
                      float scale, float* out) {
   if (n <= 0) return;
@@ -142,14 +150,19 @@ void attention_dense(const float* q, const float* k, const float* v, int64_t ld,
   const int64_t qb = n <= 128 ? n : 64, nq = (n + qb - 1) / qb, tasks = nq * heads;
 #pragma omp parallel if (par && tasks > 1)
   {
-    AlignedVector<float> s(size_t(qb * n));
+    AlignedVector<float> s(static_cast<size_t>(qb * n)), sums(static_cast<size_t>(qb));
 #pragma omp for schedule(dynamic, 1)
     for (int64_t t = 0; t < tasks; ++t) {
       const int h = int(t / nq);
       const int64_t i0 = (t % nq) * qb, rows = std::min(qb, n - i0);
       gemm_serial_packed(rows, q + i0 * ld + h * D, ld, kp[size_t(h)], s.data(), n, nullptr);
-      ops.softmax_rows(s.data(), rows, n, n, scale);
-      gemm_serial_packed(rows, s.data(), n, vp[size_t(h)], out + i0 * ld + h * D, ld, nullptr);
+      ops.softmax_rows(s.data(), rows, n, n, scale, sums.data());
+      float* o = out + i0 * ld + h * D;
+      gemm_serial_packed(rows, s.data(), n, vp[size_t(h)], o, ld, nullptr);
+      for (int64_t i = 0; i < rows; ++i) {
+        const float inv = 1.0f / sums[size_t(i)];
+        for (int e = 0; e < D; ++e) o[i * ld + e] *= inv;
+      }
     }
   }
 }

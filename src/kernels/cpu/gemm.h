@@ -51,9 +51,13 @@ void gemm_linear(const Linear& W, const float* bias, const float* x, int64_t T, 
 // Bidirectional softmax attention of n tokens, each head on its own: for head h < heads,
 // out[i, h D .. h D + D) = softmax_j(scale q_i·k_j) v_j over j < n, with q_i = q + i ld + h D (k, v
 // likewise; out's rows ld apart too). Threaded over heads and blocks of queries; fp32 throughout
-// (scores, the row max, exp, the sums, the products).
+// (scores, the row max, exp, the sums, the products; the output divided by the row's sum at the end).
 void attention_dense(const float* q, const float* k, const float* v, int64_t ld, int64_t n, int heads, int D,
                      float scale, float* out);
+
+// x[0, n) <- x Phi(x), the erf GELU, threaded (fp32; a vector erfc where the ISA has AVX2, else
+// std::erfc; errors in gemm_kernels.h).
+void gelu_erf(float* x, int64_t n);
 
 // The ISA's micro-kernel shape and block routines (gemm_kernels.h), chosen with cpu_ops()'s ISA.
 struct GemmOps {
@@ -65,8 +69,11 @@ struct GemmOps {
   // C[m, nc] += A[m, kc] · (the packed panels): panel p at Bp + p * pstride, its rows kc long.
   void (*block)(int64_t m, int64_t nc, int64_t kc, const float* A, int64_t lda, const float* Bp, int64_t pstride,
                 float* C, int64_t ldc);
-  // Each row of s[rows, n] (ld apart) to softmax(scale * row), in place (fp32).
-  void (*softmax_rows)(float* s, int64_t rows, int64_t n, int64_t ld, float scale);
+  // Each row i of s[rows, n] (ld apart) to exp(scale (row - its max)), in place, the row's sum to
+  // sums[i] (fp32).
+  void (*softmax_rows)(float* s, int64_t rows, int64_t n, int64_t ld, float scale, float* sums);
+  // x <- GELU(x) (erf form), in place.
+  void (*gelu)(float* x, int64_t n);
 };
 const GemmOps& gemm_ops();
 namespace isa_generic { extern const GemmOps kGemmOps; }

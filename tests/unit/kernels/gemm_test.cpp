@@ -7,6 +7,7 @@
 #include <omp.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -174,6 +175,29 @@ TEST(Gemm, AttentionDenseMatchesFloat64Reference) {
     for (int64_t i = 0; i < n; ++i)  // columns past the heads are left alone
       for (int64_t c = heads * D; c < ld; ++c) ASSERT_EQ(out[size_t(i * ld + c)], 777.f);
   }
+}
+
+// The erf GELU against float64 over the range activations take, element by element (relative), and
+// every element (vector body and scalar tail) of an odd length.
+TEST(Gemm, GeluMatchesFloat64Reference) {
+  std::vector<float> x;
+  for (int i = -60000; i <= 60000; ++i) x.push_back(float(i) * 1e-4f);  // [-6, 6]
+  x.push_back(0.f);
+  x.push_back(30.f);
+  x.push_back(-30.f);  // GELU(-30) is about 1e-197: 0 in fp32
+  std::vector<float> y = x;
+  m3::gelu_erf(y.data(), int64_t(y.size()));
+  // Relative error in fp32 grows with x^2 in the negative tail (the exp's argument -x^2/2 is rounded);
+  // the form 1 + erf loses that tail completely (GELU(-6) would be 0).
+  double worst_core = 0, worst_tail = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double r = 0.5 * double(x[i]) * std::erfc(-double(x[i]) / std::sqrt(2.0));
+    const double e = std::fabs(r) < 1e-30 ? std::fabs(double(y[i])) : std::fabs(double(y[i]) - r) / std::fabs(r);
+    (std::fabs(x[i]) <= 3 ? worst_core : worst_tail) = std::max(std::fabs(x[i]) <= 3 ? worst_core : worst_tail, e);
+  }
+  std::printf("gelu: worst relative error %.3g for |x| <= 3, %.3g for 3 < |x| <= 6 and +-30\n", worst_core, worst_tail);
+  EXPECT_LT(worst_core, 2e-6);
+  EXPECT_LT(worst_tail, 1e-5);
 }
 
 }  // namespace
