@@ -33,26 +33,49 @@ double peak_rss_mib() {
   return double(u.ru_maxrss) / 1024.0;  // KiB on Linux
 }
 
+double cpu_ms() {  // this process's user + system CPU time (steadier than wall time on a shared host)
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return (double(u.ru_utime.tv_sec + u.ru_stime.tv_sec) * 1e3) + double(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e3;
+}
+
+// Multiply-add FLOPs (2 per product) of one image through the tower: patch embedding, each layer's
+// q/k/v/o, fc1/fc2 and attention (scores and P.V), the projector and the merge MLP.
+double encoder_flops(const VisionConfig& c, int64_t n) {
+  const double H = c.hidden, I = c.intermediate, PH = c.projector_hidden, TH = c.text_hidden, N = double(n);
+  const double layer = 2 * N * (4 * H * H + 2 * H * I) + 2 * 2 * N * N * H;
+  return 2 * N * H * double(c.patch_dim()) + c.layers * layer + 2 * N * (H * PH + PH * TH) +
+         2 * (N / 4) * (4 * TH * PH + PH * TH);
+}
+
 void time_one(const std::string& label, const vision::RgbImage& im, const VisionTower& tower, int repeats) {
   vision::ProcessorConfig pc;
-  std::vector<double> pre, enc;
+  std::vector<double> pre, enc, cpu;
   vision::PatchTensor pt;
   std::vector<float> out;
   for (int r = 0; r < repeats; ++r) {
     double t0 = now_ms();
     pt = vision::preprocess_image(im, pc);
-    double t1 = now_ms();
+    double t1 = now_ms(), c1 = cpu_ms();
     out = tower.forward(pt.values.data(), {{pt.grid_t, pt.grid_h, pt.grid_w}});
-    double t2 = now_ms();
+    double t2 = now_ms(), c2 = cpu_ms();
     pre.push_back(t1 - t0);
     enc.push_back(t2 - t1);
+    cpu.push_back(c2 - c1);
   }
   std::sort(pre.begin(), pre.end());
   std::sort(enc.begin(), enc.end());
+  std::sort(cpu.begin(), cpu.end());
   std::printf("%-22s -> %4dx%-4d %5lld patches %4lld tokens | preprocess ms median %.1f (%.1f-%.1f) | "
               "encoder ms median %.1f (%.1f-%.1f)\n",
               label.c_str(), pt.grid_w * 14, pt.grid_h * 14, (long long)pt.num_patches(), (long long)pt.num_merged(2),
               pre[pre.size() / 2], pre.front(), pre.back(), enc[enc.size() / 2], enc.front(), enc.back());
+  // CPU time is the sum over the threads; GFLOP/s per CPU-second is what one busy core achieved.
+  const double gf = encoder_flops(tower.config(), pt.num_patches()) / 1e9;
+  std::printf("%-22s    encoder %.1f GFLOP | CPU ms median %.1f (%.1f-%.1f) | %.1f GFLOP/s wall (median), %.1f per "
+              "CPU-second\n",
+              "", gf, cpu[cpu.size() / 2], cpu.front(), cpu.back(), gf / (enc[enc.size() / 2] / 1e3),
+              gf / (cpu[cpu.size() / 2] / 1e3));
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
-// The M3 vision tower's forward pass (see vision_tower.h). Matmuls go through the shared linear
-// kernels (kernels/cpu/linear.h: BF16 / F32 weights, multithreaded SIMD); layer norms, softmax and the
-// attention accumulations are fp32.
+// The M3 vision tower's forward pass (see vision_tower.h). Matmuls and attention go through the
+// compute-bound GEMM (kernels/cpu/gemm.h: BF16 / F32 weights widened per cache block, multithreaded,
+// register-tiled); layer norms, softmax and all accumulations are fp32.
 #include "model/vision_tower.h"
 
 #include <algorithm>
@@ -9,6 +9,7 @@
 #include <string>
 
 #include "base/error.h"
+#include "kernels/cpu/gemm.h"
 #include "model/tensor_loader.h"
 
 namespace m3 {
@@ -38,16 +39,20 @@ void layer_norm(const float* x, int64_t T, int64_t H, const std::vector<float>& 
   }
 }
 
-void gelu_erf(float* x, int64_t n) {
-#pragma omp parallel for schedule(static) if (n > 65536)
-  for (int64_t i = 0; i < n; ++i) x[i] = 0.5f * x[i] * (1.0f + std::erf(x[i] * float(M_SQRT1_2)));
+
+// y = x W^T (+ b): the compute-bound GEMM (kernels/cpu/gemm.h) for F32 / BF16 rows, which every
+// vision matrix is; the shared linear kernels otherwise.
+void matmul(const Linear& W, const std::vector<float>* b, const float* x, int64_t T, float* y) {
+  if (gemm_supports(W)) {
+    gemm_linear(W, b ? b->data() : nullptr, x, T, y);
+    return;
+  }
+  linear_forward(W, x, T, y);
+  if (b) add_bias(y, T, W.N, *b);
 }
 
 // y = x W^T + b.
-void affine(const Linear& W, const std::vector<float>& b, const float* x, int64_t T, float* y) {
-  linear_forward(W, x, T, y);
-  add_bias(y, T, W.N, b);
-}
+void affine(const Linear& W, const std::vector<float>& b, const float* x, int64_t T, float* y) { matmul(W, &b, x, T, y); }
 
 }  // namespace
 
@@ -171,8 +176,7 @@ std::vector<float> VisionTower::forward(const float* patches, const std::vector<
   }
   std::vector<float> x(size_t(T * H)), h(size_t(T * H)), q(size_t(T * H)), k(size_t(T * H)), v(size_t(T * H)),
       att(size_t(T * H)), mlp(size_t(T * I));
-  std::vector<float> qh, kh, vt, sc, oh;  // one head of one image: Q, K, V^T, scores, output
-  linear_forward(patch_embed_, patches, T, h.data());
+  matmul(patch_embed_, nullptr, patches, T, h.data());
   layer_norm(h.data(), T, H, pre_ln_w_, pre_ln_b_, cfg_.layer_norm_eps, x.data());
   const float scale = 1.0f / std::sqrt(float(D));
   for (const Layer& L : layers_) {
@@ -191,51 +195,13 @@ std::vector<float> VisionTower::forward(const float* patches, const std::vector<
             z[i] = a * c - b * s;
             z[i + half] = b * c + a * s;
           }
-    // Bidirectional attention within each image or video segment, one head at a time as two matmuls through the shared
-    // linear kernels (speed: the scalar loop this replaced ran the mid tower's 448x448 encoder 5x slower):
-    // S = Q_h K_h^T (K_h as an F32 [n, D] weight), row softmax in fp32, O_h = P V_h (V_h^T as [D, n]).
+    // Bidirectional attention within each image or video segment (kernels/cpu/gemm.h: per head and block of queries, the
+    // scores and P·V as register-tiled GEMMs, softmax in fp32).
     int64_t off = 0;
     for (const auto& g : segs) {
       const int64_t n = g.patches();
-      kh.resize(size_t(n * D));
-      qh.resize(size_t(n * D));
-      vt.resize(size_t(D * n));
-      sc.resize(size_t(n * n));
-      oh.resize(size_t(n * D));
-      for (int64_t hd = 0; hd < NH; ++hd) {
-#pragma omp parallel for schedule(static) if (n > 64)
-        for (int64_t i = 0; i < n; ++i)
-          for (int64_t d = 0; d < D; ++d) {
-            qh[size_t(i * D + d)] = q[size_t((off + i) * H + hd * D + d)] * scale;
-            kh[size_t(i * D + d)] = k[size_t((off + i) * H + hd * D + d)];
-            vt[size_t(d * n + i)] = v[size_t((off + i) * H + hd * D + d)];
-          }
-        Linear KW;
-        KW.kind = LinearKind::F32;
-        KW.N = n;
-        KW.K = D;
-        KW.w = reinterpret_cast<const uint8_t*>(kh.data());
-        linear_forward(KW, qh.data(), n, sc.data());
-#pragma omp parallel for schedule(static) if (n > 64)
-        for (int64_t i = 0; i < n; ++i) {
-          float* r = sc.data() + i * n;
-          float mx = -INFINITY;
-          for (int64_t j = 0; j < n; ++j) mx = std::max(mx, r[j]);
-          float sum = 0.f;
-          for (int64_t j = 0; j < n; ++j) sum += (r[j] = std::exp(r[j] - mx));
-          const float inv = 1.0f / sum;
-          for (int64_t j = 0; j < n; ++j) r[j] *= inv;
-        }
-        Linear VW;
-        VW.kind = LinearKind::F32;
-        VW.N = D;
-        VW.K = n;
-        VW.w = reinterpret_cast<const uint8_t*>(vt.data());
-        linear_forward(VW, sc.data(), n, oh.data());
-#pragma omp parallel for schedule(static) if (n > 64)
-        for (int64_t i = 0; i < n; ++i)
-          std::memcpy(att.data() + (off + i) * H + hd * D, oh.data() + i * D, size_t(D) * sizeof(float));
-      }
+      attention_dense(q.data() + off * H, k.data() + off * H, v.data() + off * H, H, n, int(NH), int(D), scale,
+                      att.data() + off * H);
       off += n;
     }
     affine(L.o, L.o_b, att.data(), T, h.data());

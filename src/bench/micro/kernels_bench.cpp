@@ -11,7 +11,9 @@
 #include <omp.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <regex>
@@ -19,6 +21,7 @@
 #include <vector>
 
 #include "kernels/cpu/dispatch.h"
+#include "kernels/cpu/gemm.h"
 #include "kernels/cpu/linear.h"
 #include "model/attention.h"
 #include "model/config.h"
@@ -471,6 +474,122 @@ BENCHMARK(BM_attention_decode)
     ->Args({16384, 3, 1, 1})
     ->Iterations(40)
     ->UseManualTime();
+
+// The vision tower's products at the real tower's dimensions for one 448x448 image (1024 patches, 256
+// merged tokens): state.range(0) the shape (kVisionShapes), range(1) 0 = the shared linear kernels
+// (linear_forward, + bias), 1 = the compute-bound GEMM (gemm_linear, bias fused). Weights BF16 except
+// the F32 patch embedding, as the checkpoint holds them. Process CPU time (all threads): the GFLOP/s
+// counter is per CPU-second, i.e. per busy core.
+struct VisionShape {
+  const char* name;
+  int64_t M, N, K;
+  LinearKind kind;
+};
+constexpr VisionShape kVisionShapes[] = {
+    {"patch_embed", 1024, 1280, 1176, LinearKind::F32}, {"q/k/v/o", 1024, 1280, 1280, LinearKind::BF16},
+    {"fc1", 1024, 5120, 1280, LinearKind::BF16},        {"fc2", 1024, 1280, 5120, LinearKind::BF16},
+    {"proj1", 1024, 6144, 1280, LinearKind::BF16},      {"proj2", 1024, 6144, 6144, LinearKind::BF16},
+    {"merge1", 256, 6144, 24576, LinearKind::BF16},     {"merge2", 256, 6144, 6144, LinearKind::BF16},
+};
+
+void BM_vision_matmul(benchmark::State& state) {
+  const VisionShape& v = kVisionShapes[state.range(0)];
+  const bool gemm = state.range(1) == 1;
+  std::vector<uint8_t> w(size_t(v.N * v.K) * (v.kind == LinearKind::F32 ? 4 : 2));
+  {
+    const std::vector<float> f = normal_x(v.N * v.K);
+    for (int64_t i = 0; i < v.N * v.K; ++i) {
+      const float x = f[size_t(i)] * 0.03f;
+      if (v.kind == LinearKind::F32) {
+        std::memcpy(&w[size_t(i) * 4], &x, 4);
+      } else {
+        uint32_t u;
+        std::memcpy(&u, &x, 4);
+        const uint16_t b = uint16_t(u >> 16);
+        std::memcpy(&w[size_t(i) * 2], &b, 2);
+      }
+    }
+  }
+  Linear L;
+  L.kind = v.kind;
+  L.N = v.N;
+  L.K = v.K;
+  L.w = w.data();
+  const std::vector<float> x = normal_x(v.M * v.K), bias = normal_x(v.N);
+  std::vector<float> y(size_t(v.M * v.N));
+  for (auto _ : state) {
+    if (gemm) {
+      m3::gemm_linear(L, bias.data(), x.data(), v.M, y.data());
+    } else {
+      m3::linear_forward(L, x.data(), v.M, y.data());
+      for (int64_t t = 0; t < v.M; ++t)
+        for (int64_t n = 0; n < v.N; ++n) y[size_t(t * v.N + n)] += bias[size_t(n)];
+    }
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.SetLabel(std::string(v.name) + (gemm ? " gemm" : " linear_forward"));
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(2.0 * double(v.M * v.N * v.K) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_vision_matmul)
+    ->Apply([](benchmark::internal::Benchmark* b) {  // old and new side by side, shape by shape
+      for (int64_t s = 0; s < 8; ++s) b->Args({s, 0})->Args({s, 1});
+    })
+    ->MeasureProcessCPUTime()
+    ->Unit(benchmark::kMillisecond);
+
+// One layer's attention of the real tower over one 448x448 image (1024 patches, 16 heads of 80):
+// range(0) 0 = per head as two linear_forward products (what the tower did before attention_dense:
+// Q_h·K_h^T with K_h as an F32 weight, softmax, P·V_h with V_h^T as a weight), 1 = attention_dense.
+void BM_vision_attention(benchmark::State& state) {
+  constexpr int64_t n = 1024, NH = 16, D = 80, H = NH * D;
+  const std::vector<float> q = normal_x(n * H), k = normal_x(n * H + 1), v = normal_x(n * H + 2);
+  std::vector<float> out(size_t(n * H)), qh(size_t(n * D)), kh(size_t(n * D)), vt(size_t(D * n)), sc(size_t(n * n)),
+      oh(size_t(n * D));
+  const float scale = 1.0f / std::sqrt(float(D));
+  for (auto _ : state) {
+    if (state.range(0) == 1) {
+      m3::attention_dense(q.data(), k.data(), v.data(), H, n, int(NH), int(D), scale, out.data());
+    } else {
+      for (int64_t hd = 0; hd < NH; ++hd) {
+        for (int64_t i = 0; i < n; ++i)
+          for (int64_t d = 0; d < D; ++d) {
+            qh[size_t(i * D + d)] = q[size_t(i * H + hd * D + d)] * scale;
+            kh[size_t(i * D + d)] = k[size_t(i * H + hd * D + d)];
+            vt[size_t(d * n + i)] = v[size_t(i * H + hd * D + d)];
+          }
+        Linear KW;
+        KW.kind = LinearKind::F32;
+        KW.N = n;
+        KW.K = D;
+        KW.w = reinterpret_cast<const uint8_t*>(kh.data());
+        m3::linear_forward(KW, qh.data(), n, sc.data());
+#pragma omp parallel for schedule(static)
+        for (int64_t i = 0; i < n; ++i) {
+          float* r = sc.data() + i * n;
+          float mx = -INFINITY;
+          for (int64_t j = 0; j < n; ++j) mx = std::max(mx, r[j]);
+          float sum = 0.f;
+          for (int64_t j = 0; j < n; ++j) sum += (r[j] = std::exp(r[j] - mx));
+          for (int64_t j = 0; j < n; ++j) r[j] /= sum;
+        }
+        Linear VW;
+        VW.kind = LinearKind::F32;
+        VW.N = D;
+        VW.K = n;
+        VW.w = reinterpret_cast<const uint8_t*>(vt.data());
+        m3::linear_forward(VW, sc.data(), n, oh.data());
+        for (int64_t i = 0; i < n; ++i)
+          std::memcpy(out.data() + i * H + hd * D, oh.data() + i * D, size_t(D) * sizeof(float));
+      }
+    }
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.SetLabel(state.range(0) == 1 ? "attention_dense" : "per head, linear_forward");
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(4.0 * double(n * n * H) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_vision_attention)->Arg(0)->Arg(1)->MeasureProcessCPUTime()->Unit(benchmark::kMillisecond);
 
 }  // namespace
 
