@@ -36,6 +36,10 @@ struct DecodedBlock {
   const float *K = nullptr, *V = nullptr;
   AlignedVector<float> k, v;
 };
+// Below this many multiply-adds (cached positions the step's tokens see x heads x head_dim x 2, before
+// block selection) attention runs on the calling thread: about 50-100 us of work on one core, what a
+// region's wake-up costs on a loaded host. The router's threshold in moe.cpp is the same.
+constexpr int64_t kAttentionSplitMacs = int64_t(1) << 19;
 constexpr int kDecodedBlocks = 40;  // per thread: the blocks one group of a prefill chunk reads
 
 struct Scratch {
@@ -235,9 +239,18 @@ void attention_batch(const ModelConfig& cfg, int layer, const AttnSeq* seqs, int
   const int64_t scan_work = tile_first.back();
 
   const int64_t scan_chunk = index_scan_chunk(scan_work);
-#pragma omp parallel if (work > 1 || scan_work > 1)
+  // A step whose attention is small (a few hundred cached positions in all: a decode step at short
+  // context) runs it on the calling thread: the team's wake-up costs more than the split saves, up to
+  // ~100 us on a shared 2-core host (dev/omp_region_bench.cpp; docs/benchmarks.md section 3.4). Each
+  // (token, group) item computes the same either way.
+  int64_t attended = 0;  // cached positions the step's tokens see, all heads (before block selection)
+  for (int i = 0; i < nseq; ++i) attended += seqs[i].T * (seqs[i].start + seqs[i].T) * cfg.n_heads;
+  const bool split = (work > 1 || scan_work > 1) && (scan_work > 0 || attended * D * 2 > kAttentionSplitMacs);
+#pragma omp parallel if (split)
   {
     thread_local Scratch s;
+    // Every thread sees the same scan_work: skipping the empty scan (all blocks visible) skips its barrier.
+    if (scan_work > 0)
 #pragma omp for schedule(dynamic, scan_chunk)
     for (int64_t w = 0; w < scan_work; ++w) {
       const size_t ti = size_t(std::upper_bound(tile_first.begin(), tile_first.end(), w) - tile_first.begin()) - 1;

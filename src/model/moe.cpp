@@ -36,11 +36,14 @@ void moe_route(const ModelConfig& cfg, const LayerWeights& L, const float* m, in
   const int64_t H = cfg.hidden;
   const CpuOps& ops = cpu_ops();
   // The router logits, every (token, expert) dot product on all threads (speed: on one thread the
-  // fp32 router's dots were a visible share of a decode step).
+  // fp32 router's dots were a visible share of a decode step) unless there are too few to pay for the
+  // team's wake-up: mid's 32 x 2048 router at decode takes ~10 us on the calling thread, ~100 us as a
+  // region on a loaded 2-core host (dev/omp_region_bench.cpp). The same dots either way.
+  constexpr int64_t kRouterSplitMacs = int64_t(1) << 19;
   thread_local std::vector<float> logits;
   logits.resize(size_t(T * E));
   float* z = logits.data();
-#pragma omp parallel for schedule(static) if (T * E >= 16)
+#pragma omp parallel for schedule(static) if (T * E >= 16 && T * E * H >= kRouterSplitMacs)
   for (int64_t i = 0; i < T * E; ++i) z[i] = ops.dot(m + (i / E) * H, L.router.data() + (i % E) * H, H);
 #pragma omp parallel for schedule(static) if (T > 1)
   for (int64_t t = 0; t < T; ++t) {
