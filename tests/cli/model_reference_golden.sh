@@ -14,7 +14,7 @@ TOOLS=$(cd "$DATA/../tools" && pwd)
 rm -rf "$TMP"
 mkdir -p "$TMP"
 PY=/usr/bin/python3
-$PY -c "import torch, numpy" 2>/dev/null || { echo "SKIP: /usr/bin/python3 lacks torch or numpy (make deps)"; exit 0; }
+$PY -c "import torch, numpy" 2>/dev/null || { echo "FAIL: /usr/bin/python3 lacks torch or numpy (make deps installs python3-pil and python3-torch)" >&2; exit 1; }
 G="$DATA/golden"
 # m3-tiny-topk2 ships only its config.json: the weights are m3-tiny's.
 mkdir -p "$TMP/m3-tiny-topk2"

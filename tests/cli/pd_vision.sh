@@ -20,7 +20,7 @@ export UCX_TLS=tcp
 fail() { echo "FAIL: $*" >&2; for f in "$TMP"/*.log; do echo "--- $f" >&2; tail -5 "$f" >&2; done; exit 1; }
 . "$(dirname "$0")/lib/server_port.sh"
 PY=/usr/bin/python3
-$PY -c "import PIL" 2>/dev/null || { echo "SKIP: /usr/bin/python3 has no Pillow"; exit 0; }
+$PY -c "import PIL" 2>/dev/null || { echo "FAIL: /usr/bin/python3 has no Pillow (make deps installs python3-pil and python3-torch)" >&2; exit 1; }
 PIDS=()
 cleanup() { for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done; }
 trap cleanup EXIT

@@ -17,6 +17,7 @@ rm -rf "$TMP"
 mkdir -p "$TMP/media"
 fail() { echo "FAIL: $*" >&2; echo "--- server log:" >&2; cat "$TMP/server.log" >&2 || true; exit 1; }
 . "$(dirname "$0")/lib/server_port.sh"
+. "$(dirname "$0")/lib/http_json.sh"
 command -v curl >/dev/null || fail "curl is needed"
 command -v ffmpeg >/dev/null || fail "ffmpeg is needed (make deps)"
 PY=/usr/bin/python3
@@ -55,18 +56,13 @@ chat_body() {
   for u in "$@"; do parts+="{\"type\":\"video_url\",\"video_url\":{\"url\":\"$u\"}},"; done
   echo "{\"messages\":[{\"role\":\"user\",\"content\":[${parts}{\"type\":\"text\",\"text\":\"$text\"}]}],\"max_tokens\":4,\"temperature\":0,\"logprobs\":true}"
 }
-req() {  # req PATH BODYFILE: sets STATUS and BODY
-  local out
-  out=$(curl -s -X POST -H "Content-Type: application/json" -w '\n%{http_code}' "$U$1" --data-binary "@$2")
-  STATUS=$(echo "$out" | tail -1)
-  BODY=$(echo "$out" | sed '$d')
-}
+req() { post_json "$1" "$2"; }  # req PATH BODYFILE: sets STATUS and BODY
 expect_400() {  # expect_400 PATTERN WHAT (body file in $TMP/body.json)
   req /v1/chat/completions "$TMP/body.json"
   [ "$STATUS" = 400 ] || fail "$2: status $STATUS, expected 400: ${BODY:0:400}"
   echo "$BODY" | grep -q -- "$1" || fail "$2: the error lacks '$1': $BODY"
 }
-hits() { curl -s "$U/metrics" | sed -n 's/^vllm:prefix_cache_hits_total{[^}]*} \([0-9.e+]*\).*/\1/p' | head -1; }
+hits() { prefix_cache_hits; }
 
 "$BIN" serve "$TMP/model" --host 127.0.0.1 --port 0 --max-model-len 4000 --kv-cache-memory 0.05 --block-size 128 \
   --limit-mm-per-prompt '{"image": 2, "video": 2}' --allowed-local-media-path "$TMP/media" \

@@ -19,9 +19,10 @@ rm -rf "$TMP"
 mkdir -p "$TMP/media"
 fail() { echo "FAIL: $*" >&2; echo "--- server log:" >&2; tail -30 "$TMP/server.log" >&2 || true; exit 1; }
 . "$(dirname "$0")/lib/server_port.sh"
+. "$(dirname "$0")/lib/http_json.sh"
 command -v curl >/dev/null || fail "curl is needed"
 PY=/usr/bin/python3
-$PY -c "import PIL" 2>/dev/null || { echo "SKIP: /usr/bin/python3 has no Pillow"; exit 0; }
+$PY -c "import PIL" 2>/dev/null || { echo "FAIL: /usr/bin/python3 has no Pillow (make deps installs python3-pil and python3-torch)" >&2; exit 1; }
 
 "$BIN" make-model --layout m31 --preset tiny --seed 3 --out "$TMP/model" 2>/dev/null
 cp "$DATA/chat/MiniMax-M3.jinja" "$TMP/model/chat_template.jinja"
@@ -70,12 +71,7 @@ body["temperature"] = 0
 json.dump(body, open(f"{tmp}/body.json", "w"))
 PYEOF
 }
-req() {  # req PATH [BODYFILE]: sets STATUS and BODY
-  local out
-  out=$(curl -s -X POST -H "Content-Type: application/json" -w '\n%{http_code}' "$U$1" --data-binary "@${2:-$TMP/body.json}")
-  STATUS=$(echo "$out" | tail -1)
-  BODY=$(echo "$out" | sed '$d')
-}
+req() { post_json "$1" "${2:-$TMP/body.json}"; }  # req PATH [BODYFILE]: sets STATUS and BODY
 # answer PATH: "TEXT|OUTPUT_TOKENS|INPUT_TOKENS|CACHED" of the request in $TMP/body.json, whichever API.
 answer() {
   req "$1"
@@ -98,7 +94,7 @@ else:
     print(json.dumps([text, u["output_tokens"], u["input_tokens"], None]))
 '
 }
-hits() { curl -s "$U/metrics" | sed -n 's/^vllm:prefix_cache_hits_total{[^}]*} \([0-9.e+]*\).*/\1/p' | head -1; }
+hits() { prefix_cache_hits; }
 hits_since() { $PY -c "print(int(float('$(hits)') - float('$1')))"; }
 field() { echo "$1" | $PY -c "import json,sys; print(json.load(sys.stdin)[$2])"; }
 expect_400() {  # expect_400 PATH PATTERN WHAT (body in $TMP/body.json)

@@ -18,7 +18,7 @@ fail() { echo "FAIL: $*" >&2; echo "--- server log:" >&2; tail -30 "$TMP/server.
 . "$(dirname "$0")/lib/server_port.sh"
 command -v curl >/dev/null || fail "curl is needed"
 PY=/usr/bin/python3
-$PY -c "import PIL" 2>/dev/null || { echo "SKIP: /usr/bin/python3 has no Pillow"; exit 0; }
+$PY -c "import PIL" 2>/dev/null || { echo "FAIL: /usr/bin/python3 has no Pillow (make deps installs python3-pil and python3-torch)" >&2; exit 1; }
 
 "$BIN" make-model --layout m31 --preset tiny --seed 3 --dspark-layers 1 --out "$TMP/model" 2>/dev/null
 cp "$DATA/chat/MiniMax-M3.jinja" "$TMP/model/chat_template.jinja"

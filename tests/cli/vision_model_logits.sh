@@ -23,7 +23,7 @@ TOOLS=$(cd "$DATA/../tools" && pwd)
 rm -rf "$TMP"
 mkdir -p "$TMP"
 PY=/usr/bin/python3
-$PY -c "import PIL, torch, numpy" 2>/dev/null || { echo "SKIP: /usr/bin/python3 lacks Pillow, torch or numpy (make deps)"; exit 0; }
+$PY -c "import PIL, torch, numpy" 2>/dev/null || { echo "FAIL: /usr/bin/python3 lacks Pillow, torch or numpy (make deps installs python3-pil and python3-torch)" >&2; exit 1; }
 
 "$BIN" make-model --layout m31 --preset tiny --seed 43 --block-size 32 --topk-blocks 3 --out "$TMP/model" 2>/dev/null
 cp "$DATA/chat/MiniMax-M3.jinja" "$TMP/model/chat_template.jinja"

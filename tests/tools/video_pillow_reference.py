@@ -19,25 +19,15 @@ import sys
 import numpy as np
 from PIL import Image
 
-MEAN = np.array([0.48145466, 0.4578275, 0.40821073], dtype=np.float32)
-STD = np.array([0.26862954, 0.26130258, 0.27577711], dtype=np.float32)
+# The image reference's constants and smart_resize (the same rule; only the video's pixel bound differs).
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from vision_pillow_reference import MEAN, STD, smart_resize as image_smart_resize  # noqa: E402
+
+VIDEO_MAX_PIXELS = 768 * 28 * 28  # the video processor's per-frame bound (602112), not the image one
 
 
-def smart_resize(height, width, factor=28, min_pixels=4 * 28 * 28, max_pixels=768 * 28 * 28):
-    # vllm/transformers_utils/processors/minimax_m3.py smart_resize (Qwen-style area bound)
-    if max(height, width) / min(height, width) > 200:
-        raise ValueError("aspect")
-    h_bar = max(factor, round(height / factor) * factor)
-    w_bar = max(factor, round(width / factor) * factor)
-    if h_bar * w_bar > max_pixels:
-        beta = math.sqrt((height * width) / max_pixels)
-        h_bar = math.floor(height / beta / factor) * factor
-        w_bar = math.floor(width / beta / factor) * factor
-    elif h_bar * w_bar < min_pixels:
-        beta = math.sqrt(min_pixels / (height * width))
-        h_bar = math.ceil(height * beta / factor) * factor
-        w_bar = math.ceil(width * beta / factor) * factor
-    return h_bar, w_bar
+def smart_resize(height, width):
+    return image_smart_resize(height, width, max_pixels=VIDEO_MAX_PIXELS)
 
 
 def sample(total, video_fps, fps):
