@@ -63,15 +63,36 @@ void Speculator::observe_draft(double ms, int requests) {
 }
 
 void Speculator::choose(std::vector<ScheduledChunk>& plan, const StepCostModel& cost) {
-  if (!cfg_.adaptive || draft_ms_ < 0) return;
-  int64_t prefill = 0, rows = 0;
+  if (!cfg_.adaptive) return;
+  int64_t prefill = 0, rows = 0, drafts = 0;
   double plain = 0;
   for (const ScheduledChunk& c : plan) {
     (c.n == 1 && c.sample ? rows : prefill) += c.n;
     if (c.sample) plain += 1;
+    drafts += c.spec;
   }
+  // Until the step cost model has measured decode steps of two different row counts, its split of a
+  // step's time into a fixed part and a part per row is only its ridge's guess (every step so far
+  // verified every draft: at concurrency 8 always 8 + 56 rows), and the verified row's cost it gives
+  // can be off by 2x either way, which made the decisions swing from run to run. One plain step
+  // (no drafts; its tokens are not lost), once the model predicts, measures the second count.
+  if (rows > 0 && decode_shapes_ < 2) {
+    const int64_t shape = rows + drafts;
+    if (decode_shapes_ == 0) {
+      first_shape_ = shape;
+      decode_shapes_ = 1;
+    } else if (shape != first_shape_) {
+      decode_shapes_ = 2;
+    }
+  }
+  if (draft_ms_ < 0) return;
   const double base = cost.predict_ms(prefill, rows);
   if (!(base > 0)) return;
+  if (rows > 0 && decode_shapes_ == 1) {  // the plain step of the comment above, once the model predicts
+    for (ScheduledChunk& c : plan) c.spec = 0;
+    if (rows != first_shape_) decode_shapes_ = 2;
+    return;
+  }
   const SpecCosts sc{base, std::max(0.0, cost.predict_ms(prefill, rows + 1) - base), draft_ms_};
   cands_.clear();
   cand_chunk_.clear();

@@ -96,6 +96,9 @@ class Speculator {
   SpecAcceptance global_acc_;    // all requests' acceptance: a new request's starting estimate
   double draft_ms_ = -1;         // EWMA of the draft pass's cost per request (-1: not measured)
   double ctx_ms_ = -1;           // EWMA of writing the draft's context K/V, per token
+  // Decode-row counts of the steps choose() has shaped (0, 1, or 2 = two different ones) and the first.
+  int decode_shapes_ = 0;
+  int64_t first_shape_ = -1;
   std::vector<SpecCandidate> cands_;
   std::vector<size_t> cand_chunk_;
 };

@@ -324,7 +324,10 @@ void check_lossless(const char* rejection, const m3::StepCostModel* cost = nullp
   walk({}, 1.0);
   ASSERT_LE(exact.size(), 81u);
   EngineConfig c = spec_config(3, rejection);
-  if (bf16_draft) c.spec.draft_activations = "bf16";
+  if (bf16_draft) {
+    c.spec.draft_activations = "bf16";
+    c.spec.adaptive = false;  // every step verifies its drafts: tokens 2-4 all from speculative steps
+  }
   c.kv_cache_dtype = "fp32";
   c.indexer_kv_dtype = "fp32";
   c.max_num_batched_tokens = 4096;
@@ -454,7 +457,8 @@ TEST(SpecEngine, SyntheticAcceptanceReachesConfiguredLength) {
   EngineConfig c;
   c.num_pages = 64;
   c.spec = m3::SpeculativeConfig::parse(
-      R"({"method":"dspark","num_speculative_tokens":7,"rejection_sample_method":"synthetic","synthetic_acceptance_length":3.5})");
+      R"({"method":"dspark","num_speculative_tokens":7,"rejection_sample_method":"synthetic","synthetic_acceptance_length":3.5,)"
+      R"("adaptive_num_speculative_tokens":false})");  // every draft verified: the length is the rule's alone
   Engine e(demo(), &demo_tok(), c);
   const auto prompts = demo_prompts();
   for (int i = 0; i < 8; ++i) {
