@@ -6,14 +6,15 @@
 #   e.g. tools/spec_adaptive_bench.sh build/m3serve models/demo 'trained="rejection_sample_method":"block"'
 #        tools/spec_adaptive_bench.sh build/m3serve /tmp/mid-m31 \
 #          'AL2.3="rejection_sample_method":"synthetic","synthetic_acceptance_length":2.3'
-#   ROUNDS=2, K=7 (num_speculative_tokens), N=16 requests, TOKENS=128 each, TEMP=0.7, CONCS="1 8".
+#   ROUNDS=2, K=7 (num_speculative_tokens), N=16 requests, TOKENS=128 each, TEMP=0.7, CONCS="1 8";
+#   EXTRA: more keys for both speculative runs, e.g. EXTRA=',"draft_activations":"bf16"'.
 # Prompts: the demo's fixed prompts and held-out passages (token ids below every vocabulary here).
 set -euo pipefail
 BIN=${1:-build/m3serve}
 MODEL=${2:-models/demo}
 shift 2 || true
 [ $# -gt 0 ] || set -- 'block="rejection_sample_method":"block"'
-ROUNDS=${ROUNDS:-2} K=${K:-7} N=${N:-16} TOKENS=${TOKENS:-128} TEMP=${TEMP:-0.7} CONCS=${CONCS:-"1 8"}
+ROUNDS=${ROUNDS:-2} K=${K:-7} N=${N:-16} TOKENS=${TOKENS:-128} TEMP=${TEMP:-0.7} CONCS=${CONCS:-"1 8"} EXTRA=${EXTRA:-}
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 python3 - "$TMP/req.jsonl" "$TEMP" "$N" "$TOKENS" <<'PY'
@@ -43,7 +44,7 @@ for round in $(seq 1 "$ROUNDS"); do
   for conc in $CONCS; do
     for lv in "$@"; do
       label=${lv%%=*} frag=${lv#*=}
-      base="{\"method\":\"dspark\",\"num_speculative_tokens\":$K,\"draft_sample_method\":\"probabilistic\",$frag"
+      base="{\"method\":\"dspark\",\"num_speculative_tokens\":$K,\"draft_sample_method\":\"probabilistic\",$frag$EXTRA"
       read -r none _ < <(run "$conc" "")
       read -r fixed fal < <(run "$conc" "$base,\"adaptive_num_speculative_tokens\":false}")
       read -r adapt aal < <(run "$conc" "$base}")

@@ -43,7 +43,7 @@ SpeculativeConfig SpeculativeConfig::parse(const std::string& text) {
                                   "rejection_sample_method", "kv_cache_dtype", "attention_backend",
                                   "synthetic_acceptance_length", "synthetic_acceptance_rates",
                                   "enable_adaptive_verification", "dspark_draft_topk",
-                                  "adaptive_num_speculative_tokens"};
+                                  "adaptive_num_speculative_tokens", "draft_activations"};
     bool ok = false;
     for (const char* k : known) ok |= it.key() == k;
     if (!ok) bad(it.key(), "unknown key");
@@ -69,6 +69,7 @@ SpeculativeConfig SpeculativeConfig::parse(const std::string& text) {
       bad("adaptive_num_speculative_tokens", "expected true or false, got " + o["adaptive_num_speculative_tokens"].dump());
     c.adaptive = o["adaptive_num_speculative_tokens"].get<bool>();
   }
+  if (o.contains("draft_activations")) c.draft_activations = one_of(o, "draft_activations", {"fp32", "bf16"});
   if (o.contains("dspark_draft_topk") && !o["dspark_draft_topk"].is_null())
     bad("dspark_draft_topk", "not implemented in m3serve; remove the key");
   if (o.contains("synthetic_acceptance_length")) {
@@ -103,6 +104,7 @@ std::string SpeculativeConfig::describe() const {
   o << "speculative decoding: " << method << ", " << num_speculative_tokens << " draft tokens, draft sampling "
     << draft_sample_method << ", verification " << rejection_sample_method
     << (adaptive ? ", drafts verified per request as measured acceptance and step costs pay" : ", every draft verified");
+  if (draft_activations != "fp32") o << ", draft activations " << draft_activations;
   if (rejection_sample_method == "synthetic") {
     if (synthetic_acceptance_length > 0) o << " (acceptance length " << synthetic_acceptance_length << ")";
     else o << " (per-position rates)";

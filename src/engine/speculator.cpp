@@ -22,6 +22,9 @@ Speculator::Speculator(const SpeculativeConfig& cfg, Model& target, KVDtype targ
                 " (no config.json there); the checkpoint has no dspark/ folder, or pass \"model\": \"DIR\"");
   draft_ = std::make_unique<DSparkDraft>(dir, target);
   const DSparkConfig& dc = draft_->config();
+  if (cfg.draft_activations == "bf16" && draft_->enable_bf16_activations() == 0)
+    throw Error("--speculative-config draft_activations \"bf16\": the draft in " + dir +
+                " has no MXFP8 or NVFP4 layers (BF16 activations apply to those only); remove the key");
   if (cfg.num_speculative_tokens > dc.block_size)
     throw Error("--speculative-config num_speculative_tokens " + std::to_string(cfg.num_speculative_tokens) +
                 " exceeds the draft's dspark_block_size " + std::to_string(dc.block_size) + " (" + dir +
@@ -60,15 +63,36 @@ void Speculator::observe_draft(double ms, int requests) {
 }
 
 void Speculator::choose(std::vector<ScheduledChunk>& plan, const StepCostModel& cost) {
-  if (!cfg_.adaptive || draft_ms_ < 0) return;
-  int64_t prefill = 0, rows = 0;
+  if (!cfg_.adaptive) return;
+  int64_t prefill = 0, rows = 0, drafts = 0;
   double plain = 0;
   for (const ScheduledChunk& c : plan) {
     (c.n == 1 && c.sample ? rows : prefill) += c.n;
     if (c.sample) plain += 1;
+    drafts += c.spec;
   }
+  // Until the step cost model has measured decode steps of two different row counts, its split of a
+  // step's time into a fixed part and a part per row is only its ridge's guess (every step so far
+  // verified every draft: at concurrency 8 always 8 + 56 rows), and the verified row's cost it gives
+  // can be off by 2x either way, which made the decisions swing from run to run. One plain step
+  // (no drafts; its tokens are not lost), once the model predicts, measures the second count.
+  if (rows > 0 && decode_shapes_ < 2) {
+    const int64_t shape = rows + drafts;
+    if (decode_shapes_ == 0) {
+      first_shape_ = shape;
+      decode_shapes_ = 1;
+    } else if (shape != first_shape_) {
+      decode_shapes_ = 2;
+    }
+  }
+  if (draft_ms_ < 0) return;
   const double base = cost.predict_ms(prefill, rows);
   if (!(base > 0)) return;
+  if (rows > 0 && decode_shapes_ == 1) {  // the plain step of the comment above, once the model predicts
+    for (ScheduledChunk& c : plan) c.spec = 0;
+    if (rows != first_shape_) decode_shapes_ = 2;
+    return;
+  }
   const SpecCosts sc{base, std::max(0.0, cost.predict_ms(prefill, rows + 1) - base), draft_ms_};
   cands_.clear();
   cand_chunk_.clear();
@@ -133,8 +157,9 @@ float* Speculator::taps(int64_t rows) {
 void Speculator::propose(const std::vector<ScheduledChunk>& plan) {
   const int64_t V = vocab_;
   queries_.clear();
+  slots_.clear();
+  chunks_.clear();
   views_.resize(plan.size());
-  int kmax = 0;
   for (size_t i = 0; i < plan.size(); ++i) {
     const ScheduledChunk& c = plan[i];
     if (!c.spec) continue;
@@ -142,44 +167,61 @@ void Speculator::propose(const std::vector<ScheduledChunk>& plan) {
     // An image placeholder anchor (the prompt's last token) is fed its image embedding, as the target is.
     const float* embed = c.seq->mm.empty() ? nullptr : c.seq->mm_embed(c.start, draft_->config().hidden);
     queries_.push_back({views_[i].get(), c.seq->token(c.start), c.start, embed});
-    kmax = std::max(kmax, int(c.spec));
+    slots_.push_back(int(c.spec));
+    chunks_.push_back(i);
   }
   if (queries_.empty()) return;
   const size_t nq = queries_.size();
-  if (z_.size() < nq * size_t(kmax) * size_t(V)) z_.resize(nq * size_t(kmax) * size_t(V));
-  draft_->propose(queries_.data(), int(nq), kmax, z_.data());
+  // Draft rows: query qi's c.spec rows from zrow_[qi] on, the same rows of q_ (the lm_head runs for
+  // the drafts each request will verify, not for the whole block).
+  zrow_.resize(nq + 1);
+  zrow_[0] = 0;
+  for (size_t qi = 0; qi < nq; ++qi) zrow_[qi + 1] = zrow_[qi] + slots_[qi];
+  const int64_t zrows = zrow_[nq];
+  if (z_.size() < size_t(zrows * V)) z_.resize(size_t(zrows * V));
+  draft_->propose(queries_.data(), int(nq), slots_.data(), z_.data());
   if (drafts_.size() < plan.size()) drafts_.resize(plan.size());
   // Draft rows of chunk i in q_ start at qrow_[i].
-  qrow_.resize(plan.size());
-  int64_t qrows = 0;
-  for (size_t i = 0; i < plan.size(); ++i) {
-    qrow_[i] = qrows;
-    qrows += plan[i].spec;
-  }
-  if (q_.size() < size_t(qrows * V)) q_.resize(size_t(qrows * V));
-  size_t qi = 0;
-  int64_t qrow = 0;
-  for (size_t i = 0; i < plan.size(); ++i) {
-    const ScheduledChunk& c = plan[i];
-    if (!c.spec) continue;
-    Sequence* s = c.seq;
-    std::vector<int32_t>& d = drafts_[i];
-    d.clear();
-    prefix_ = s->output;
-    int32_t prev = c.seq->token(c.start);
-    const bool greedy = greedy_ || s->params.temperature <= 0.0f;
+  qrow_.assign(plan.size(), 0);
+  for (size_t qi = 0; qi < nq; ++qi) qrow_[chunks_[qi]] = zrow_[qi];
+  if (q_.size() < size_t(zrows * V)) q_.resize(size_t(zrows * V));
+  // Position by position over all drafting requests: the Markov biases after the requests' previous
+  // tokens are one pass over the Markov weights.
+  prefixes_.resize(nq);
+  forks_.resize(nq);
+  prev_.resize(nq);
+  for (size_t qi = 0; qi < nq; ++qi) {
+    Sequence* s = plan[chunks_[qi]].seq;
+    drafts_[chunks_[qi]].clear();
+    prefixes_[qi] = s->output;
+    prev_[qi] = queries_[qi].anchor;
     // Structured output: the drafts walk a fork of the request's matcher and each q_j is masked by
     // the constraint at its position, so the draft only proposes allowed tokens and q_j has the
     // same support as the masked target distribution verify() compares it with.
-    std::optional<structured::Matcher> fork;
-    if (s->constraint) fork.emplace(s->constraint->fork());
-    for (int64_t j = 0; j < c.spec; ++j, ++qrow) {
-      float* z = &z_[(qi * size_t(kmax) + size_t(j)) * size_t(V)];
-      draft_->add_markov(prev, z);  // the Markov bias enters before the sampling transforms
-      float* q = &q_[size_t(qrow * V)];
-      s->sampler.distribution(z, V, s->prompt, prefix_, q, fork ? fork->mask() : nullptr);
+    forks_[qi].reset();
+    if (s->constraint) forks_[qi].emplace(s->constraint->fork());
+  }
+  const int kmax = *std::max_element(slots_.begin(), slots_.end());
+  for (int j = 0; j < kmax; ++j) {
+    mprev_.clear();
+    mrows_.clear();
+    for (size_t qi = 0; qi < nq; ++qi)
+      if (j < slots_[qi]) {
+        mprev_.push_back(prev_[qi]);
+        mrows_.push_back(&z_[size_t((zrow_[qi] + j) * V)]);
+      }
+    // The Markov bias enters before the sampling transforms.
+    draft_->add_markov(mprev_.data(), mrows_.data(), int(mprev_.size()));
+    for (size_t qi = 0; qi < nq; ++qi) {
+      if (j >= slots_[qi]) continue;
+      Sequence* s = plan[chunks_[qi]].seq;
+      const int64_t row = zrow_[qi] + j;
+      const float* z = &z_[size_t(row * V)];
+      float* q = &q_[size_t(row * V)];
+      std::optional<structured::Matcher>& fork = forks_[qi];
+      s->sampler.distribution(z, V, s->prompt, prefixes_[qi], q, fork ? fork->mask() : nullptr);
       int32_t t;
-      if (greedy) {
+      if (greedy_ || s->params.temperature <= 0.0f) {
         // Argmax after the request's penalties; q becomes one-hot (already so at temperature 0).
         t = int32_t(std::max_element(q, q + V) - q);
         std::fill(q, q + V, 0.0f);
@@ -187,12 +229,11 @@ void Speculator::propose(const std::vector<ScheduledChunk>& plan) {
       } else {
         t = s->sampler.draw(q, V);
       }
-      d.push_back(t);
-      prefix_.push_back(t);
-      prev = t;
+      drafts_[chunks_[qi]].push_back(t);
+      prefixes_[qi].push_back(t);
+      prev_[qi] = t;
       if (fork) fork->advance(t);
     }
-    ++qi;
   }
 }
 

@@ -9,6 +9,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <chrono>
 #include <string>
 #include <vector>
@@ -22,6 +23,7 @@
 #include "engine/spec_verify.h"
 #include "model/dspark.h"
 #include "model/model.h"
+#include "structured/matcher.h"
 
 namespace m3 {
 
@@ -73,6 +75,16 @@ class Speculator {
   // distributions p of the chunk being verified, drafts and outcomes per chunk.
   std::vector<float> taps_, z_, q_, p_;
   std::vector<int64_t> qrow_;
+  // propose(): per drafting request (in plan order) its slot count, chunk index, first row of z_ and
+  // q_ (zrow_[nq] = all rows), token history, constraint fork and last token; one position's Markov
+  // inputs.
+  std::vector<int> slots_;
+  std::vector<size_t> chunks_;
+  std::vector<int64_t> zrow_;
+  std::vector<float*> mrows_;
+  std::vector<std::vector<int32_t>> prefixes_;
+  std::vector<std::optional<structured::Matcher>> forks_;
+  std::vector<int32_t> prev_, mprev_;
   std::vector<std::vector<int32_t>> drafts_;
   std::vector<int32_t> prefix_;
   std::vector<VerifyOutcome> outcomes_;
@@ -84,6 +96,9 @@ class Speculator {
   SpecAcceptance global_acc_;    // all requests' acceptance: a new request's starting estimate
   double draft_ms_ = -1;         // EWMA of the draft pass's cost per request (-1: not measured)
   double ctx_ms_ = -1;           // EWMA of writing the draft's context K/V, per token
+  // Decode-row counts of the steps choose() has shaped (0, 1, or 2 = two different ones) and the first.
+  int decode_shapes_ = 0;
+  int64_t first_shape_ = -1;
   std::vector<SpecCandidate> cands_;
   std::vector<size_t> cand_chunk_;
 };

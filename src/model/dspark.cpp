@@ -134,6 +134,16 @@ DSparkDraft::DSparkDraft(const std::string& dir, const Model& target)
   ld.expect_dtype(*markov_w1_, {DType::BF16, DType::F16, DType::F32}, "BF16, F16 or F32");
   ld.expect_shape(*markov_w1_, {V, R});
   markov_w2_ = ld.linear(P + "markov_head.markov_w2", V, R, WeightFormat::Plain);
+  // markov_w2 transposed to fp32 [R, V] (values exact), read by add_markov before the tiling below.
+  {
+    const TensorView& w2 = ld.tensor(P + "markov_head.markov_w2.weight");
+    std::vector<float> row(static_cast<size_t>(R));
+    markov_w2t_.resize(size_t(R * V));
+    for (int64_t v = 0; v < V; ++v) {
+      embedding_row(w2, int32_t(v), R, row.data());
+      for (int64_t r = 0; r < R; ++r) markov_w2t_[size_t(r * V + v)] = row[size_t(r)];
+    }
+  }
   if (cfg_.confidence_head) {  // loaded and checked; only adaptive verification would use it
     ld.expect_shape(ld.tensor(P + "confidence_head.proj.weight"), {1, H + R});
     ld.expect_shape(ld.tensor(P + "confidence_head.proj.bias"), {1});
@@ -170,6 +180,13 @@ DSparkDraft::DSparkDraft(const std::string& dir, const Model& target)
 }
 
 DSparkDraft::~DSparkDraft() = default;
+
+int DSparkDraft::enable_bf16_activations() {
+  int n = 0;
+  for (Layer& L : layers_)
+    for (Linear* x : {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down}) n += m3::enable_bf16_activations(*x) ? 1 : 0;
+  return n;
+}
 
 void DSparkDraft::ensure(int64_t rows) {
   if (rows <= ws_rows_) return;
@@ -252,10 +269,17 @@ inline float dotf(const float* a, const float* b, int n) {
 }  // namespace
 
 void DSparkDraft::propose(const DraftQuery* queries, int nq, int nslots, float* out) {
+  if (nq <= 0) return;
+  slots_.assign(size_t(nq), nslots);
+  propose(queries, nq, slots_.data(), out);
+}
+
+void DSparkDraft::propose(const DraftQuery* queries, int nq, const int* nslots, float* out) {
   const int S = cfg_.block_size;
   if (nq <= 0) return;
-  if (nslots < 1 || nslots > S)
-    throw Error("DSpark: " + std::to_string(nslots) + " draft slots requested, the block has " + std::to_string(S));
+  for (int qi = 0; qi < nq; ++qi)
+    if (nslots[qi] < 1 || nslots[qi] > S)
+      throw Error("DSpark: " + std::to_string(nslots[qi]) + " draft slots requested, the block has " + std::to_string(S));
   const int64_t rows = int64_t(nq) * S;
   ensure(rows);
   const int64_t H = cfg_.hidden, D = cfg_.head_dim, QW = int64_t(cfg_.n_heads) * D, KW = int64_t(cfg_.n_kv_heads) * D;
@@ -350,19 +374,50 @@ void DSparkDraft::propose(const DraftQuery* queries, int nq, int nslots, float* 
   // Final norm + the target's lm_head for the first nslots slots of each block.
   int64_t nout = 0;
   for (int qi = 0; qi < nq; ++qi)
-    for (int j = 0; j < nslots; ++j)
+    for (int j = 0; j < nslots[qi]; ++j)
       rms_norm(&x_[size_t((int64_t(qi) * S + j) * H)], final_norm_.data(), H, cfg_.rms_eps, &a_[size_t((nout++) * H)]);
   linear_forward(target_.weights().lm_head(), a_.data(), nout, out);
 }
 
-void DSparkDraft::add_markov(int32_t prev, float* logits) {
+namespace {
+
+constexpr int64_t kMarkovBlock = 2048;  // words per block: the block's sums stay in L1
+
+// y[0..n) += a * x[0..n), compiled for the CPU it runs on.
+__attribute__((target_clones("avx512f", "avx2", "default"))) void markov_axpy(float a, const float* __restrict x,
+                                                                              int64_t n, float* __restrict y) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
+}
+
+}  // namespace
+
+void DSparkDraft::add_markov(int32_t prev, float* logits) { add_markov(&prev, &logits, 1); }
+
+void DSparkDraft::add_markov(const int32_t* prev, float* const* logits, int n) {
   const int64_t V = cfg_.vocab, R = cfg_.markov_rank;
-  if (prev < 0 || prev >= V) throw Error("DSpark: previous token " + std::to_string(prev) + " outside the vocabulary");
-  w1row_.resize(size_t(R));
-  mk_.resize(size_t(V));
-  embedding_row(*markov_w1_, prev, R, w1row_.data());  // row prev of markov_w1 as fp32
-  linear_forward(markov_w2_, w1row_.data(), 1, mk_.data());
-  for (int64_t i = 0; i < V; ++i) logits[i] += mk_[size_t(i)];
+  if (n <= 0) return;
+  w1row_.resize(size_t(n * R));
+  mk_.resize(size_t(kMarkovBlock));
+  for (int i = 0; i < n; ++i) {
+    if (prev[i] < 0 || prev[i] >= V)
+      throw Error("DSpark: previous token " + std::to_string(prev[i]) + " outside the vocabulary");
+    embedding_row(*markov_w1_, prev[i], R, &w1row_[size_t(i * R)]);  // row prev of markov_w1 as fp32
+  }
+  // mk = markov_w2 · w1row through the transposed copy: rank-many multiply-adds over a block of the
+  // vocabulary, all rows per block so the block's weights are read from L2 (speed: as a matrix product
+  // of K = rank the per-row sums cost more than the products, 0.2-2 ms a call on the 2-core host; this
+  // is a few vector FMAs per word, no thread).
+  for (int64_t v0 = 0; v0 < V; v0 += kMarkovBlock) {
+    const int64_t nv = std::min<int64_t>(kMarkovBlock, V - v0);
+    for (int i = 0; i < n; ++i) {
+      float* z = logits[i];
+      float* m = mk_.data();
+      std::fill(m, m + nv, 0.0f);
+      for (int64_t r = 0; r < R; ++r) markov_axpy(w1row_[size_t(i * R + r)], &markov_w2t_[size_t(r * V + v0)], nv, m);
+      for (int64_t v = 0; v < nv; ++v) z[v0 + v] += m[v];
+    }
+  }
 }
 
 }  // namespace m3

@@ -73,15 +73,27 @@ class DSparkDraft {
   int taps_width() const { return int(cfg_.target_layers.size()) * cfg_.hidden; }
   double bytes() const { return bytes_; }
 
+  // Switches the layers' MXFP8 / NVFP4 linears to BF16 activations (Linear::act_bf16); returns how many
+  // (0: the draft's layers are BF16 or fp32, which have no such path).
+  int enable_bf16_activations();
+
   // Fuses the taps and stores the context K/V of every row (all draft layers).
   void write_context(const DraftContextRows* rows, int nrows);
 
   // Runs the block pass for every query and writes the pre-Markov logits z_j of the first `nslots`
   // slots: out[(q * nslots + j) * vocab ...]. nslots <= block_size.
   void propose(const DraftQuery* queries, int nq, int nslots, float* out);
+  // The same with a slot count per query (each in 1..block_size): query q's rows follow those of the
+  // queries before it, out[(nslots[0] + .. + nslots[q-1] + j) * vocab ...]. Only those rows go through
+  // the lm_head (speed: at 32768+ words it is most of the pass, and adaptive speculation often wants
+  // fewer drafts than the block has slots).
+  void propose(const DraftQuery* queries, int nq, const int* nslots, float* out);
 
   // logits[0..vocab) += markov_w2 · markov_w1[prev]  (the Markov head's bias after token prev).
   void add_markov(int32_t prev, float* logits);
+  // The same for n rows at once: logits[i] gets the bias after prev[i] (speed: one pass over the
+  // Markov weights, block by block from L2, for all rows).
+  void add_markov(const int32_t* prev, float* const* logits, int n);
 
  private:
   struct Layer;
@@ -93,11 +105,13 @@ class DSparkDraft {
   Linear fc_, markov_w2_;
   const TensorView* markov_w1_ = nullptr;
   std::vector<float> hidden_norm_, final_norm_;
+  std::vector<float> markov_w2t_;  // markov_w2 as fp32 [rank, vocab] (add_markov)
   std::vector<Layer> layers_;
   double bytes_ = 0;
   // Workspace, grown on demand.
   int64_t ws_rows_ = 0;
   AlignedVector<float> x_, a_, q_, k_, v_, att_, tmp_, g_, u_, cos_, sin_, w1row_, mk_;
+  std::vector<int> slots_;
 };
 
 }  // namespace m3

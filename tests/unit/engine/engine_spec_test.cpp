@@ -4,7 +4,9 @@
 // requests, also under prefix-cache hits, preemption and aborts, and whatever number of drafts adaptive
 // speculation verifies; sampled outputs follow the target's distribution (chi-square on the joint law
 // of 4 tokens, also with adaptive speculation cutting the drafts); the counters add up; synthetic
-// acceptance reaches its configured length; bad configurations fail at start with clear messages.
+// acceptance reaches its configured length; bad configurations fail at start with clear messages; the
+// draft's per-query slot counts and batched Markov rows match the one-by-one results, and a draft with
+// BF16 activations keeps greedy output and losslessness.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -158,6 +160,60 @@ TEST(SpecEngine, DraftBlockPassMatchesPyTorch) {
   }
   EXPECT_EQ(off, ref.size());
   std::printf("draft block logits vs PyTorch: max-abs %.3g\n", worst);
+}
+
+// The draft's block pass with a slot count per query writes each query's first rows as the pass with
+// the whole block does, and the Markov bias of several rows at once equals that of each row alone.
+TEST(SpecEngine, DraftSlotsPerQueryAndMarkovRowsMatchOneByOne) {
+  m3::Model& m = demo();
+  m3::DSparkDraft draft(kModel + "/dspark", m);
+  const int64_t V = m.config().vocab;
+  const int S = draft.config().block_size;
+  m.set_tap_layers(draft.config().target_layers);
+  const auto prompts = demo_prompts();
+  std::vector<m3::SeqCache> dkv;
+  dkv.reserve(3);
+  std::vector<m3::DraftQuery> qs;
+  for (int i = 0; i < 3; ++i) {
+    const std::vector<int32_t>& toks = prompts[size_t(6 + i)];
+    const int64_t T = int64_t(toks.size());
+    std::vector<float> taps(static_cast<size_t>(T * draft.taps_width())), logits(static_cast<size_t>(V));
+    m3::SeqCache cache = m.new_cache(T);
+    m3::BatchItem it{&cache, toks.data(), T, 0, T - 1};
+    m.forward_batch(&it, 1, logits.data(), m3::AttentionPath::Sparse, taps.data());
+    dkv.emplace_back(draft.config().kv_layout(), T);
+    m3::DraftContextRows rows{&dkv.back(), taps.data(), 0, T - 1};
+    draft.write_context(&rows, 1);
+    dkv.back().n_tokens = T - 1;
+  }
+  m.set_tap_layers({});
+  for (int i = 0; i < 3; ++i) {
+    const std::vector<int32_t>& toks = prompts[size_t(6 + i)];
+    qs.push_back({&dkv[size_t(i)], toks.back(), int64_t(toks.size()) - 1});
+  }
+  std::vector<float> whole(size_t(3 * S * V));
+  draft.propose(qs.data(), 3, S, whole.data());
+  const int slots[3] = {2, S, 1};
+  std::vector<float> part(size_t((2 + S + 1) * V));
+  draft.propose(qs.data(), 3, slots, part.data());
+  int64_t row = 0;
+  for (int i = 0; i < 3; ++i)
+    for (int j = 0; j < slots[i]; ++j, ++row) {
+      double md = 0;
+      for (int64_t v = 0; v < V; ++v)
+        md = std::max(md, double(std::fabs(part[size_t(row * V + v)] - whole[size_t((i * S + j) * V + v)])));
+      EXPECT_LT(md, 1e-4) << "query " << i << " slot " << j;
+    }
+  // Markov rows: three previous tokens at once against one at a time, bit for bit.
+  const int32_t prev[3] = {5, 17, int32_t(V - 1)};
+  std::vector<float> one = whole, many = whole;
+  float* rows[3] = {&many[0], &many[size_t(4 * V)], &many[size_t(9 * V)]};
+  draft.add_markov(prev, rows, 3);
+  draft.add_markov(prev[0], &one[0]);
+  draft.add_markov(prev[1], &one[size_t(4 * V)]);
+  draft.add_markov(prev[2], &one[size_t(9 * V)]);
+  EXPECT_EQ(one, many);
+  EXPECT_NE(one, whole);
 }
 
 TEST(SpecEngine, GreedyIdenticalAloneAndInBatch) {
@@ -322,7 +378,7 @@ TEST(SpecEngine, GreedyIdenticalUnderPreemptionPrefixCacheAndAborts) {
 // first 4 generated tokens has at most 81 cells and is computed exactly by enumerating prefixes
 // with the plain forward pass. The speculative engine's samples must fit it (Pearson chi-square,
 // alpha = 1e-3, cells under 5 expected pooled). Tokens 2-4 come from speculative steps.
-void check_lossless(const char* rejection, const m3::StepCostModel* cost = nullptr) {
+void check_lossless(const char* rejection, const m3::StepCostModel* cost = nullptr, bool bf16_draft = false) {
   const int64_t V = demo().config().vocab;
   const std::vector<int32_t> prompt = demo_tok().encode("And God said, Let", true);
   SamplingParams sp;
@@ -355,6 +411,10 @@ void check_lossless(const char* rejection, const m3::StepCostModel* cost = nullp
   walk({}, 1.0);
   ASSERT_LE(exact.size(), 81u);
   EngineConfig c = spec_config(3, rejection);
+  if (bf16_draft) {
+    c.spec.draft_activations = "bf16";
+    c.spec.adaptive = false;  // every step verifies its drafts: tokens 2-4 all from speculative steps
+  }
   c.kv_cache_dtype = "fp32";
   c.indexer_kv_dtype = "fp32";
   c.max_num_batched_tokens = 4096;
@@ -373,6 +433,9 @@ void check_lossless(const char* rejection, const m3::StepCostModel* cost = nullp
 
 TEST(SpecEngine, SampledOutputFollowsTargetBlock) { check_lossless("block"); }
 TEST(SpecEngine, SampledOutputFollowsTargetStandard) { check_lossless("standard"); }
+// The draft with BF16 activations proposes from a slightly different q; verification against that q
+// keeps the output's law the target's.
+TEST(SpecEngine, SampledOutputFollowsTargetBlockBf16Draft) { check_lossless("block", nullptr, true); }
 
 // Adaptive speculation against step costs that make verified rows dear (a fake: 1 s + 10 ms per
 // decode row + 1 ms per prefill token), so that the number of drafts verified changes from step to
@@ -384,6 +447,26 @@ struct DearRows : m3::StepCostModel {
 TEST(SpecEngine, SampledOutputFollowsTargetBlockAdaptive) {
   DearRows cost;
   check_lossless("block", &cost);
+}
+
+// draft_activations "bf16" (the demo draft is MXFP8): greedy output is the target's, token for token,
+// alone and in the mixed batch, and the draft still proposes tokens the target keeps.
+TEST(SpecEngine, Bf16DraftActivationsKeepGreedyOutput) {
+  EngineConfig base;
+  base.num_pages = 64;
+  const auto ref = run_mixed(base);
+  EngineConfig c = spec_config(7, "block");
+  c.spec.draft_activations = "bf16";
+  m3::EngineStats st;
+  const auto got = run_mixed(c, 16, false, &st);
+  ASSERT_EQ(got.size(), ref.size());
+  for (const auto& [id, f] : ref) {
+    EXPECT_EQ(got.at(id).tokens, f.tokens) << id;
+    EXPECT_EQ(got.at(id).reason, f.reason) << id;
+  }
+  EXPECT_GT(st.spec_accepted_tokens, 0);
+  std::printf("bf16 draft: acceptance length %.3f over %lld drafts\n",
+              1.0 + double(st.spec_accepted_tokens) / double(st.spec_drafts), (long long)st.spec_drafts);
 }
 
 TEST(SpecEngine, AdaptiveDraftCountNeverChangesGreedyOutput) {
@@ -461,7 +544,8 @@ TEST(SpecEngine, SyntheticAcceptanceReachesConfiguredLength) {
   EngineConfig c;
   c.num_pages = 64;
   c.spec = m3::SpeculativeConfig::parse(
-      R"({"method":"dspark","num_speculative_tokens":7,"rejection_sample_method":"synthetic","synthetic_acceptance_length":3.5})");
+      R"({"method":"dspark","num_speculative_tokens":7,"rejection_sample_method":"synthetic","synthetic_acceptance_length":3.5,)"
+      R"("adaptive_num_speculative_tokens":false})");  // every draft verified: the length is the rule's alone
   Engine e(demo(), &demo_tok(), c);
   const auto prompts = demo_prompts();
   for (int i = 0; i < 8; ++i) {
@@ -504,6 +588,13 @@ TEST(SpecEngine, BadConfigurationsFailAtStart) {
             std::string::npos);
   EXPECT_NE(msg([] { Engine e(demo(), &demo_tok(), spec_config(8, "block")); }).find("exceeds the draft's dspark_block_size 7"),
             std::string::npos);
+  EXPECT_NE(msg([] {
+              m3::SpeculativeConfig::parse(R"({"method":"dspark","num_speculative_tokens":3,"draft_activations":"int8"})");
+            }).find("draft_activations: \"int8\" is not supported (expected one of \"fp32\", \"bf16\")"),
+            std::string::npos);
+  EXPECT_EQ(m3::SpeculativeConfig::parse(R"({"method":"dspark","num_speculative_tokens":3,"draft_activations":"bf16"})")
+                .draft_activations,
+            "bf16");
   // A checkpoint without dspark/: the engine names the folder it looked for.
   m3::Model tiny(m3test::small_engine_model());
   EngineConfig c = spec_config(3, "block");
