@@ -62,6 +62,7 @@ TEST(EngineBatch, BatchInvariantUnderChunkingCachingAndPreemption) {
     reqs.push_back(r);
   }
   m3::EngineConfig c;
+  c.step_latency_factor = 0;  // token budgets only: the preemption asserted below must not hang on measured step times
   c.num_pages = 48;  // 6144 tokens for ~30k prompt tokens: forces preemption
   c.max_num_batched_tokens = 384;
   c.long_prefill_token_threshold = 256;

@@ -74,6 +74,7 @@ TEST(KvEvents, SubscriberRebuildsThePrefixCacheExactly) {
     FAIL() << "python3-zmq and python3-msgpack are needed (make deps installs them)";
   m3::Model model(m3test::small_engine_model());
   m3::EngineConfig c;
+  c.step_latency_factor = 0;  // token budgets only: the preemption asserted below must not hang on measured step times
   c.num_pages = 14;  // 224 tokens: evictions and preemptions
   c.max_num_batched_tokens = 64;
   c.max_num_seqs = 6;

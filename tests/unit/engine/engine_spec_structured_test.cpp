@@ -87,6 +87,7 @@ std::vector<std::shared_ptr<const ConstraintSpec>> constraints(const Loaded& m) 
 
 EngineConfig spec_config(int k, const std::string& rejection, const std::string& draft_sample, int64_t pages) {
   EngineConfig c;
+  c.step_latency_factor = 0;  // token budgets only: the preemption asserted below must not hang on measured step times
   c.num_pages = pages;
   if (k > 0)
     c.spec = m3::SpeculativeConfig::parse(R"({"method":"dspark","num_speculative_tokens":)" + std::to_string(k) +

@@ -352,6 +352,7 @@ TEST(SpecEngine, GreedyIdenticalWithAnImagePrompt) {
 
 TEST(SpecEngine, GreedyIdenticalUnderPreemptionPrefixCacheAndAborts) {
   EngineConfig base;
+  base.step_latency_factor = 0;  // token budgets only: the preemption asserted below must not hang on measured step times
   base.num_pages = 11;  // 352 tokens for 10 requests (the longest alone needs 336): forces preemption
   base.max_num_batched_tokens = 96;
   EngineConfig spec = spec_config(7, "block");
