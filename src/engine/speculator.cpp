@@ -76,7 +76,11 @@ void Speculator::choose(std::vector<ScheduledChunk>& plan, const StepCostModel& 
   // verified every draft: at concurrency 8 always 8 + 56 rows), and the verified row's cost it gives
   // can be off by 2x either way, which made the decisions swing from run to run. One plain step
   // (no drafts; its tokens are not lost), once the model predicts, measures the second count.
-  if (rows > 0 && decode_shapes_ < 2) {
+  // Only decode-only steps count: a step that also carries prefill tokens has a third unknown, and when
+  // the first decode rows share a step with the last prompt chunks (every request admitted at once, as
+  // at concurrency 32), counting it as the first shape skipped the plain step and left the fit with one
+  // decode shape: its slope per row came out 0, every draft looked free, and nothing was ever cut.
+  if (rows > 0 && prefill == 0 && decode_shapes_ < 2) {
     const int64_t shape = rows + drafts;
     if (decode_shapes_ == 0) {
       first_shape_ = shape;
@@ -88,7 +92,7 @@ void Speculator::choose(std::vector<ScheduledChunk>& plan, const StepCostModel& 
   if (draft_ms_ < 0) return;
   const double base = cost.predict_ms(prefill, rows);
   if (!(base > 0)) return;
-  if (rows > 0 && decode_shapes_ == 1) {  // the plain step of the comment above, once the model predicts
+  if (rows > 0 && prefill == 0 && decode_shapes_ == 1) {  // the plain step of the comment above, once the model predicts
     for (ScheduledChunk& c : plan) c.spec = 0;
     if (rows != first_shape_) decode_shapes_ = 2;
     return;
