@@ -49,19 +49,9 @@ import sys; b = bytearray(open(sys.argv[1], 'rb').read()); b[200:4000] = bytes(3
 cp "$TMP/media/a00.png" "$TMP/media/still.png"
 
 url() { echo "data:video/$2;base64,$(base64 -w0 "$TMP/media/$1")"; }
-# chat_body TEXT URL... : a user message with the videos then the text, greedy, 4 tokens, logprobs.
-chat_body() {
-  local text=$1; shift
-  local parts=""
-  for u in "$@"; do parts+="{\"type\":\"video_url\",\"video_url\":{\"url\":\"$u\"}},"; done
-  echo "{\"messages\":[{\"role\":\"user\",\"content\":[${parts}{\"type\":\"text\",\"text\":\"$text\"}]}],\"max_tokens\":4,\"temperature\":0,\"logprobs\":true}"
-}
+chat_body() { media_chat_body video_url "$@"; }  # chat_body TEXT URL...: the videos, then the text
 req() { post_json "$1" "$2"; }  # req PATH BODYFILE: sets STATUS and BODY
-expect_400() {  # expect_400 PATTERN WHAT (body file in $TMP/body.json)
-  req /v1/chat/completions "$TMP/body.json"
-  [ "$STATUS" = 400 ] || fail "$2: status $STATUS, expected 400: ${BODY:0:400}"
-  echo "$BODY" | grep -q -- "$1" || fail "$2: the error lacks '$1': $BODY"
-}
+expect_400() { expect_chat_400 "$@"; }  # expect_400 PATTERN WHAT (body file in $TMP/body.json)
 hits() { prefix_cache_hits; }
 
 "$BIN" serve "$TMP/model" --host 127.0.0.1 --port 0 --max-model-len 4000 --kv-cache-memory 0.05 --block-size 128 \

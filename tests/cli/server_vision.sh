@@ -45,19 +45,9 @@ open(d + "/zero.png", "wb").write(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + 
 PYEOF
 b64() { base64 -w0 "$1"; }
 url() { echo "data:image/$2;base64,$(b64 "$TMP/media/$1")"; }
-# chat_body TEXT URL... : a user message with the images then the text, greedy, 4 tokens, logprobs.
-chat_body() {
-  local text=$1; shift
-  local parts=""
-  for u in "$@"; do parts+="{\"type\":\"image_url\",\"image_url\":{\"url\":\"$u\"}},"; done
-  echo "{\"messages\":[{\"role\":\"user\",\"content\":[${parts}{\"type\":\"text\",\"text\":\"$text\"}]}],\"max_tokens\":4,\"temperature\":0,\"logprobs\":true}"
-}
+chat_body() { media_chat_body image_url "$@"; }  # chat_body TEXT URL...: the images, then the text
 req() { post_json "$1" "$2"; }  # req PATH BODYFILE: sets STATUS and BODY
-expect_400() {  # expect_400 PATTERN WHAT (body file in $TMP/body.json)
-  req /v1/chat/completions "$TMP/body.json"
-  [ "$STATUS" = 400 ] || fail "$2: status $STATUS, expected 400: ${BODY:0:400}"
-  echo "$BODY" | grep -q -- "$1" || fail "$2: the error lacks '$1': $BODY"
-}
+expect_400() { expect_chat_400 "$@"; }  # expect_400 PATTERN WHAT (body file in $TMP/body.json)
 hits() { prefix_cache_hits; }
 
 # An audio limit above 0 is refused at start, by name.

@@ -23,6 +23,7 @@
 #include "server/errors.h"
 #include "server/openai_request.h"
 #include "m3_tokenizer.h"
+#include "chat_media_setup.h"
 #include "test_tmp.h"
 #include "tokenizer/tokenizer.h"
 #include "tools/make_model.h"
@@ -93,19 +94,10 @@ ojson image_part(const std::vector<uint8_t>& png) {
 
 TEST(ChatImages, MarkersExpandToTheTowersEmbeddings) {
   const std::string dir = m3test::test_tmp_dir() + "/chat_images";
-  MakeModelOptions o = make_model_preset("tiny", ModelLayout::M31);
-  o.seed = 5;
-  make_model(o, dir);
-  const ModelConfig mc = ModelConfig::from_dir(dir);
-  const ImageEncoder enc(dir, mc.hidden);
-  const Tokenizer tok = Tokenizer::from_dir(dir);
-  server::ServerContext ctx;
-  ctx.served_names = {"tiny"};
-  ctx.tok = &tok;
-  ctx.vocab = mc.vocab;
-  ctx.max_model_len = 4096;
-  ctx.images = &enc;
-  ctx.chat_template = std::make_shared<chat::ChatTemplate>(slurp(std::string(M3_TEST_DATA) + "/chat/MiniMax-M3.jinja"));
+  m3test::ChatMediaSetup setup(dir, 5, false);
+  const ModelConfig& mc = setup.mc;
+  const ImageEncoder& enc = *setup.enc;
+  server::ServerContext& ctx = setup.ctx;
 
   // 112 x 56 -> grid 4 x 8 -> 8 tokens; 84 x 84 -> grid 6 x 6 -> 9 tokens.
   const auto a = make_png(112, 56, 1), b = make_png(84, 84, 2);
@@ -195,30 +187,14 @@ namespace {
 
 TEST(ChatImages, RealTokenizerIds) {
   const std::string dir = m3test::test_tmp_dir() + "/chat_images_real_tok";
-  MakeModelOptions o = make_model_preset("tiny", ModelLayout::M31);
-  o.seed = 6;
-  make_model(o, dir);
-  {  // the real placeholder id (a tiny vocabulary makes make-model pick a stand-in)
-    auto cfg = nlohmann::json::parse(slurp(dir + "/config.json"));
-    cfg["image_token_index"] = 200025;
-    std::ofstream(dir + "/config.json") << cfg.dump(2);
-  }
-  const ModelConfig mc = ModelConfig::from_dir(dir);
-  const ImageEncoder enc(dir, mc.hidden);
+  m3test::ChatMediaSetup setup(dir, 6, true);
+  const ImageEncoder& enc = *setup.enc;
+  const Tokenizer& tok = *setup.tok;
+  server::ServerContext& ctx = setup.ctx;
   ASSERT_EQ(enc.config().image_token_id, 200025);
-  const Tokenizer tok = Tokenizer::from_dir(m3test::m3_tokenizer_dir(dir + "/m3tok"));
   ASSERT_EQ(tok.token_to_id("]<]image[>["), 200025);
   ASSERT_EQ(tok.token_to_id("]<]start of image[>["), 200029);
   ASSERT_EQ(tok.token_to_id("]<]end of image[>["), 200030);
-  server::ServerContext ctx;
-  ctx.served_names = {"tiny"};
-  ctx.tok = &tok;
-  ctx.vocab = 200064;
-  ctx.max_model_len = 4096;
-  ctx.images = &enc;
-  ctx.bos_token = tok.token_bytes(tok.bos_id());
-  ctx.eos_token = tok.token_bytes(tok.eos_id());
-  ctx.chat_template = std::make_shared<chat::ChatTemplate>(slurp(std::string(M3_TEST_DATA) + "/chat/MiniMax-M3.jinja"));
 
   // 112 x 56 -> grid 4 x 8 -> 8 tokens; 84 x 84 -> grid 6 x 6 -> 9 tokens.
   const auto a = make_png(112, 56, 3), b = make_png(84, 84, 4);

@@ -23,6 +23,7 @@
 #include "server/errors.h"
 #include "server/openai_request.h"
 #include "m3_tokenizer.h"
+#include "chat_media_setup.h"
 #include "test_tmp.h"
 #include "tokenizer/tokenizer.h"
 #include "tools/make_model.h"
@@ -72,19 +73,11 @@ std::string make_clip(const std::string& dir, int w, int h, int frames, int seed
 
 TEST(ChatVideos, GroupsExpandToTimestampsAndTheTowersEmbeddings) {
   const std::string dir = m3test::test_tmp_dir() + "/chat_videos";
-  MakeModelOptions o = make_model_preset("tiny", ModelLayout::M31);
-  o.seed = 5;
-  make_model(o, dir);
-  const ModelConfig mc = ModelConfig::from_dir(dir);
-  const ImageEncoder enc(dir, mc.hidden);
-  const Tokenizer tok = Tokenizer::from_dir(dir);
-  server::ServerContext ctx;
-  ctx.served_names = {"tiny"};
-  ctx.tok = &tok;
-  ctx.vocab = mc.vocab;
-  ctx.max_model_len = 4096;
-  ctx.images = &enc;
-  ctx.chat_template = std::make_shared<chat::ChatTemplate>(slurp(std::string(M3_TEST_DATA) + "/chat/MiniMax-M3.jinja"));
+  m3test::ChatMediaSetup setup(dir, 5, false);
+  const ModelConfig& mc = setup.mc;
+  const ImageEncoder& enc = *setup.enc;
+  const Tokenizer& tok = *setup.tok;
+  server::ServerContext& ctx = setup.ctx;
 
   // 84 x 56 -> grid 4 x 6 per frame, 6 tokens a temporal group; 5 frames -> 3 groups (the last frame repeated).
   const std::string clip = make_clip(dir, 84, 56, 5, 1);
@@ -165,29 +158,12 @@ TEST(ChatVideos, GroupsExpandToTimestampsAndTheTowersEmbeddings) {
 
 TEST(ChatVideos, RealTokenizerIds) {
   const std::string dir = m3test::test_tmp_dir() + "/chat_videos_real_tok";
-  MakeModelOptions o = make_model_preset("tiny", ModelLayout::M31);
-  o.seed = 6;
-  make_model(o, dir);
-  {  // the real placeholder ids (a tiny vocabulary makes make-model pick stand-ins)
-    auto cfg = nlohmann::json::parse(slurp(dir + "/config.json"));
-    cfg["image_token_index"] = 200025;
-    cfg["video_token_index"] = 200026;
-    std::ofstream(dir + "/config.json") << cfg.dump(2);
-  }
-  const ModelConfig mc = ModelConfig::from_dir(dir);
-  const ImageEncoder enc(dir, mc.hidden);
+  m3test::ChatMediaSetup setup(dir, 6, true);
+  const ImageEncoder& enc = *setup.enc;
+  const Tokenizer& tok = *setup.tok;
+  server::ServerContext& ctx = setup.ctx;
   ASSERT_EQ(enc.config().video_token_id, 200026);
-  const Tokenizer tok = Tokenizer::from_dir(m3test::m3_tokenizer_dir(dir + "/m3tok"));
   ASSERT_EQ(tok.token_to_id("]<]video[>["), 200026);
-  server::ServerContext ctx;
-  ctx.served_names = {"tiny"};
-  ctx.tok = &tok;
-  ctx.vocab = 200064;
-  ctx.max_model_len = 4096;
-  ctx.images = &enc;
-  ctx.bos_token = tok.token_bytes(tok.bos_id());
-  ctx.eos_token = tok.token_bytes(tok.eos_id());
-  ctx.chat_template = std::make_shared<chat::ChatTemplate>(slurp(std::string(M3_TEST_DATA) + "/chat/MiniMax-M3.jinja"));
 
   // 5 frames of 84 x 56 at 1 fps: 3 groups of 6 tokens, at 0, 2 and 4 seconds.
   const std::string clip = make_clip(dir, 84, 56, 5, 3);
