@@ -5,7 +5,8 @@
 # round and concurrency, shared by both servers, so neither finds the other's prompts in its prefix cache.
 # Usage: tools/step_budget_bench.sh [m3serve] [model dir] [workdir]
 #   ROUNDS=2, CONFIGS="8:16 32:32" (concurrency:prompts), ON_FLAGS (extra flags of the budgeted server),
-#   PORT=8031 (off) and PORT+1 (on).
+#   PORT=8031 (off) and PORT+1 (on); NEW_BIN: a second build served with its defaults on PORT+2 ("new"),
+#   run in every round beside the other two (the order rotates), to compare two schedulers.
 set -euo pipefail
 BIN=$(realpath "${1:-build/m3serve}")
 MODEL=${2:-/tmp/m3perf/mid-m31}
@@ -21,8 +22,14 @@ OFF=$!
 "$BIN" serve "$MODEL" --kv-cache-memory 3 --max-model-len 4096 --port $((PORT + 1)) ${ON_FLAGS:-} \
   >"$WORK/serve_on.log" 2>&1 &
 ON=$!
-trap 'kill $OFF $ON 2>/dev/null || true' EXIT
-for p in "$PORT" $((PORT + 1)); do
+NEW=
+if [ -n "${NEW_BIN:-}" ]; then
+  "$(realpath "$NEW_BIN")" serve "$MODEL" --kv-cache-memory 3 --max-model-len 4096 --port $((PORT + 2)) ${ON_FLAGS:-} \
+    >"$WORK/serve_new.log" 2>&1 &
+  NEW=$!
+fi
+trap 'kill $OFF $ON $NEW 2>/dev/null || true' EXIT
+for p in "$PORT" $((PORT + 1)) ${NEW:+$((PORT + 2))}; do
   for _ in $(seq 1 300); do curl -sf "http://127.0.0.1:$p/v1/models" >/dev/null && break; sleep 1; done
 done
 printf "%-6s %-5s %-4s %-10s %-11s %-16s %-18s %s\n" "round" "C(N)" "mode" "out tok/s" "total tok/s" \
@@ -43,11 +50,12 @@ PY
 for round in $(seq 1 "$ROUNDS"); do
   for cfg in $CONFIGS; do
     c=${cfg%%:*} n=${cfg##*:} seed=$((100 * c + round))
-    if [ $((round % 2)) = 1 ]; then
-      run off "$PORT" "$c" "$n" "$seed" "$round"; run on $((PORT + 1)) "$c" "$n" "$seed" "$round"
-    else
-      run on $((PORT + 1)) "$c" "$n" "$seed" "$round"; run off "$PORT" "$c" "$n" "$seed" "$round"
-    fi
+    modes=("off:$PORT" "on:$((PORT + 1))")
+    [ -n "$NEW" ] && modes+=("new:$((PORT + 2))")
+    for i in "${!modes[@]}"; do  # the order rotates by one each round
+      m=${modes[$(((i + round - 1) % ${#modes[@]}))]}
+      run "${m%%:*}" "${m##*:}" "$c" "$n" "$seed" "$round"
+    done
   done
 done
-echo "full results: $WORK/{on,off}_c*_r*.{txt,json}"
+echo "full results: $WORK/{on,off,new}_c*_r*.{txt,json}"
