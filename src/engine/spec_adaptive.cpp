@@ -11,6 +11,14 @@ void SpecAcceptance::update(int verified, int accepted, double alpha) {
     rate[size_t(j)] += alpha * ((j < accepted ? 1.0 : 0.0) - rate[size_t(j)]);
 }
 
+void SpecAcceptance::update_mean(int verified, int accepted, double alpha) {
+  if (seen.size() < rate.size()) seen.resize(rate.size(), 0);
+  for (int j = 0; j < verified && j < int(rate.size()) && j <= accepted; ++j) {
+    const double step = std::max(alpha, 1.0 / double(++seen[size_t(j)] + 1));
+    rate[size_t(j)] += step * ((j < accepted ? 1.0 : 0.0) - rate[size_t(j)]);
+  }
+}
+
 std::vector<int> choose_drafts(const std::vector<SpecCandidate>& cands, double plain_tokens, const SpecCosts& c) {
   std::vector<int> k(cands.size(), 0);
   if (cands.empty() || !(c.base_ms > 0)) return k;

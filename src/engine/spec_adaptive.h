@@ -20,9 +20,16 @@ struct SpecAcceptance {
   // cannot resume, and it decodes as without speculation.
   int idle = 0;
   bool off = false;
+  bool admitted = false;  // its first step was seen (Speculator::admit decided whether it speculates)
   // After a verification of `verified` drafts of which the first `accepted` were kept: each position
   // the verification reached moves toward 1 (kept) or 0 (rejected) by `alpha`.
   void update(int verified, int accepted, double alpha);
+  // The same, but a position's first outcomes are averaged with the starting value counted as one
+  // outcome (step 1/2, 1/3, ...) until that step falls to `alpha`: the all-requests estimate new
+  // requests start from leaves its optimistic guess after the first wave of verifications instead of
+  // the ~20 per position an EWMA of 0.05 takes (each of them a step that verifies every draft).
+  void update_mean(int verified, int accepted, double alpha);
+  std::vector<int64_t> seen;  // outcomes counted per position (update_mean)
 };
 
 struct SpecCosts {

@@ -69,7 +69,7 @@ SpeculativeConfig SpeculativeConfig::parse(const std::string& text) {
       bad("adaptive_num_speculative_tokens", "expected true or false, got " + o["adaptive_num_speculative_tokens"].dump());
     c.adaptive = o["adaptive_num_speculative_tokens"].get<bool>();
   }
-  if (o.contains("draft_activations")) c.draft_activations = one_of(o, "draft_activations", {"fp32", "bf16"});
+  if (o.contains("draft_activations")) c.draft_activations = one_of(o, "draft_activations", {"auto", "fp32", "bf16"});
   if (o.contains("dspark_draft_topk") && !o["dspark_draft_topk"].is_null())
     bad("dspark_draft_topk", "not implemented in m3serve; remove the key");
   if (o.contains("synthetic_acceptance_length")) {

@@ -9,6 +9,7 @@
 #include "engine/engine.h"
 #include "engine/kv_page_codec.h"
 #include "base/error.h"
+#include "kernels/cpu/linear.h"
 #include "structured/matcher.h"
 
 namespace m3 {
@@ -22,9 +23,13 @@ Speculator::Speculator(const SpeculativeConfig& cfg, Model& target, KVDtype targ
                 " (no config.json there); the checkpoint has no dspark/ folder, or pass \"model\": \"DIR\"");
   draft_ = std::make_unique<DSparkDraft>(dir, target);
   const DSparkConfig& dc = draft_->config();
-  if (cfg.draft_activations == "bf16" && draft_->enable_bf16_activations() == 0)
-    throw Error("--speculative-config draft_activations \"bf16\": the draft in " + dir +
-                " has no MXFP8 or NVFP4 layers (BF16 activations apply to those only); remove the key");
+  if (cfg_.draft_activations == "auto") cfg_.draft_activations = bf16_dot_products() ? "bf16" : "fp32";
+  if (cfg_.draft_activations == "bf16" && draft_->enable_bf16_activations() == 0) {
+    if (cfg.draft_activations == "bf16")
+      throw Error("--speculative-config draft_activations \"bf16\": the draft in " + dir +
+                  " has no MXFP8 or NVFP4 layers (BF16 activations apply to those only); remove the key");
+    cfg_.draft_activations = "fp32";  // "auto" on a BF16 draft: nothing to round
+  }
   if (cfg.num_speculative_tokens > dc.block_size)
     throw Error("--speculative-config num_speculative_tokens " + std::to_string(cfg.num_speculative_tokens) +
                 " exceeds the draft's dspark_block_size " + std::to_string(dc.block_size) + " (" + dir +
@@ -54,6 +59,8 @@ constexpr double kDraftAlpha = 0.2;
 constexpr int64_t kProbeEvery = 32;
 // Consecutive decisions against speculating after which it ends for a request.
 constexpr int kIdleToStop = 16;
+// One request in this many speculates from its first step whatever the estimate says (admit()).
+constexpr int64_t kExploreEvery = 8;
 }  // namespace
 
 void Speculator::observe_draft(double ms, int requests) {
@@ -62,8 +69,38 @@ void Speculator::observe_draft(double ms, int requests) {
   draft_ms_ = draft_ms_ < 0 ? per : draft_ms_ + kDraftAlpha * (per - draft_ms_);
 }
 
+void Speculator::admit(std::vector<ScheduledChunk>& plan, const StepCostModel& cost) {
+  int64_t rows = 0;
+  for (const ScheduledChunk& c : plan) rows += c.n == 1 && c.sample ? 1 + c.spec : 0;
+  for (ScheduledChunk& c : plan) {
+    SpecAcceptance& a = c.seq->spec_acc;
+    if (a.admitted) continue;
+    a.admitted = true;
+    if (a.off || c.seq->constraint || admitted_++ % kExploreEvery == 0) continue;
+    // Until every cost is measured (and the step cost model has seen two decode shapes) it speculates.
+    if (draft_ms_ < 0 || ctx_ms_ < 0 || decode_shapes_ < 2) continue;
+    // The decode step it will join: the rows decoding now and its own.
+    const double base = cost.predict_ms(0, rows + 1);
+    if (!(base > 0)) continue;
+    const SpecCosts sc{base, std::max(0.0, cost.predict_ms(0, rows + 2) - base), draft_ms_};
+    const SpecCandidate cand{&global_acc_, cfg_.num_speculative_tokens};
+    const int k = choose_drafts({cand}, double(rows + 1), sc)[0];
+    double g = 0, p = 1;
+    for (int i = 0; i < k; ++i) g += (p *= std::clamp(global_acc_.rate[size_t(i)], 0.0, 1.0));
+    // The test choose() ends speculation by: its expected gain against the draft context's cost.
+    const double lambda = double(rows + 1) / base;
+    const double extra = k > 0 ? double(k) * sc.row_ms + sc.draft_ms : 0.0;
+    if (!(g - lambda * (extra + ctx_ms_ * g) > lambda * ctx_ms_)) {
+      a.off = true;
+      c.spec = 0;
+      ++skipped_;
+    }
+  }
+}
+
 void Speculator::choose(std::vector<ScheduledChunk>& plan, const StepCostModel& cost) {
   if (!cfg_.adaptive) return;
+  admit(plan, cost);
   int64_t prefill = 0, rows = 0, drafts = 0;
   double plain = 0;
   for (const ScheduledChunk& c : plan) {
@@ -295,6 +332,7 @@ void Speculator::keep_accepted(const std::vector<ScheduledChunk>& plan) {
     trow += c.n + c.spec;
   }
   if (ctx_rows_.empty()) return;
+  ctx_tokens_ += rows;
   draft_->write_context(ctx_rows_.data(), int(ctx_rows_.size()));
   const double per = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() /
                      double(std::max<int64_t>(rows, 1));
@@ -305,7 +343,7 @@ void Speculator::count(const ScheduledChunk& c, const VerifyOutcome& v) {
   SpecAcceptance& a = c.seq->spec_acc;
   if (a.rate.empty()) a.rate = global_acc_.rate;
   a.update(int(c.spec), v.accepted, kRequestAlpha);
-  global_acc_.update(int(c.spec), v.accepted, kGlobalAlpha);
+  global_acc_.update_mean(int(c.spec), v.accepted, kGlobalAlpha);
   ++steps_;
   drafted_ += c.spec;
   accepted_ += v.accepted;
@@ -317,6 +355,8 @@ void Speculator::fill_stats(EngineStats& st) const {
   st.spec_draft_tokens = drafted_;
   st.spec_accepted_tokens = accepted_;
   st.spec_accepted_per_pos = accepted_per_pos_;
+  st.spec_context_tokens = ctx_tokens_;
+  st.spec_skipped_requests = skipped_;
 }
 
 std::string spec_summary(const EngineStats& st) {
@@ -327,7 +367,8 @@ std::string spec_summary(const EngineStats& st) {
     << "; acceptance rate per position [";
   for (size_t i = 0; i < st.spec_accepted_per_pos.size(); ++i)
     o << (i ? ", " : "") << (st.spec_drafts ? double(st.spec_accepted_per_pos[i]) / double(st.spec_drafts) : 0.0);
-  o << "]";
+  o << "]; draft context for " << st.spec_context_tokens << " tokens";
+  if (st.spec_skipped_requests) o << "; " << st.spec_skipped_requests << " requests admitted without speculation";
   return o.str();
 }
 

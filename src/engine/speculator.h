@@ -49,6 +49,11 @@ class Speculator {
   // verifying, from the requests' measured acceptance, `cost` (the target step) and the draft pass's
   // measured cost. Until both costs are measured every draft is verified (which measures them).
   void choose(std::vector<ScheduledChunk>& plan, const StepCostModel& cost);
+  // A request's first step: whether it speculates at all. When the all-requests acceptance and the
+  // measured costs say its best speculation cannot pay for the draft's context, it starts `off`: no
+  // draft context for its prompt or its tokens, and no draft pass. Every kExploreEvery-th request
+  // speculates regardless, so the estimate keeps being measured (on a changing load or prompt mix).
+  void admit(std::vector<ScheduledChunk>& plan, const StepCostModel& cost);
   // The draft pass of a step took `ms` for `requests` requests.
   void observe_draft(double ms, int requests);
   void propose(const std::vector<ScheduledChunk>& plan);
@@ -91,12 +96,13 @@ class Speculator {
   std::vector<DraftQuery> queries_;
   std::vector<DraftContextRows> ctx_rows_;
   std::vector<std::unique_ptr<PagedKV>> views_;
-  int64_t steps_ = 0, drafted_ = 0, accepted_ = 0;
+  int64_t steps_ = 0, drafted_ = 0, accepted_ = 0, ctx_tokens_ = 0, skipped_ = 0;
   std::vector<int64_t> accepted_per_pos_;
   SpecAcceptance global_acc_;    // all requests' acceptance: a new request's starting estimate
   double draft_ms_ = -1;         // EWMA of the draft pass's cost per request (-1: not measured)
   double ctx_ms_ = -1;           // EWMA of writing the draft's context K/V, per token
   // Decode-row counts of the steps choose() has shaped (0, 1, or 2 = two different ones) and the first.
+  int64_t admitted_ = 0;  // requests admit() has seen
   int decode_shapes_ = 0;
   int64_t first_shape_ = -1;
   std::vector<SpecCandidate> cands_;

@@ -415,6 +415,8 @@ void check_lossless(const char* rejection, const m3::StepCostModel* cost = nullp
   if (bf16_draft) {
     c.spec.draft_activations = "bf16";
     c.spec.adaptive = false;  // every step verifies its drafts: tokens 2-4 all from speculative steps
+  } else {
+    c.spec.draft_activations = "fp32";  // the exact draft ("auto", the default, is bf16 on AVX512-BF16)
   }
   c.kv_cache_dtype = "fp32";
   c.indexer_kv_dtype = "fp32";
@@ -505,6 +507,61 @@ TEST(SpecEngine, AdaptiveDraftCountNeverChangesGreedyOutput) {
               (long long)st_adaptive.spec_draft_tokens, (long long)st_adaptive.spec_drafts);
 }
 
+// Rows so dear (a fake: 10 ms + 1 s per decode row) that no draft can pay: the first request speculates
+// (it measures the costs), and once they are measured a new request starts without speculation, no
+// draft context and no draft pass, until the 8th next one explores again. With rows cheap (DearRows:
+// a 1 s step, 10 ms per row) every request drafts. Greedy output is the plain engine's either way.
+struct DearestRows : m3::StepCostModel {
+  double predict_ms(int64_t p, int64_t d) const override { return 10.0 + 1000.0 * double(d) + 1.0 * double(p); }
+};
+
+TEST(SpecEngine, AdmissionSkipsSpeculationThatCannotPay) {
+  const auto prompts = demo_prompts();
+  DearestRows dearest;
+  DearRows dear;
+  // After each request: the verification steps so far, and the tokens with draft context so far.
+  auto run = [&](m3::StepCostModel* cost, std::vector<std::pair<int64_t, int64_t>>* after) {
+    EngineConfig c = cost ? spec_config(7, "block") : EngineConfig{};
+    c.num_pages = 64;
+    Engine e(demo(), &demo_tok(), c);
+    if (cost) e.set_step_cost_model(cost);
+    std::map<std::string, m3test::Finished> out;
+    for (int i = 0; i < 10; ++i) {  // one at a time: request i is admitted after request i-1 ended
+      SamplingParams p;
+      p.temperature = 0;
+      p.max_tokens = 24;
+      p.ignore_eos = true;
+      e.add_request("a" + std::to_string(i), prompts[size_t(i) % prompts.size()], p);
+      for (auto& [id, f] : m3test::drain(e)) out[id] = f;
+      if (after) after->emplace_back(e.stats().spec_drafts, e.stats().spec_context_tokens);
+    }
+    return out;
+  };
+  const auto plain = run(nullptr, nullptr);
+  std::vector<std::pair<int64_t, int64_t>> dearest_after, dear_after;
+  const auto a = run(&dearest, &dearest_after), b = run(&dear, &dear_after);
+  for (const auto& [id, f] : plain) {
+    EXPECT_EQ(a.at(id).tokens, f.tokens) << id;
+    EXPECT_EQ(b.at(id).tokens, f.tokens) << id;
+  }
+  ASSERT_EQ(dearest_after.size(), 10u);
+  // The first request verified drafts and wrote the draft's context (the costs were not measured yet).
+  EXPECT_GT(dearest_after[0].first, 0);
+  EXPECT_GT(dearest_after[0].second, 0);
+  // Requests 2-8: no verification, and not one token of draft context (prompt or output).
+  for (size_t i = 1; i < 8; ++i) {
+    EXPECT_EQ(dearest_after[i].first, dearest_after[0].first) << "request " << i << " drafted";
+    EXPECT_EQ(dearest_after[i].second, dearest_after[0].second) << "request " << i << " wrote draft context";
+  }
+  // The 9th request (the 8th after the first) explores: it writes its draft context again.
+  EXPECT_GT(dearest_after[8].second, dearest_after[7].second);
+  // Cheap rows: every request drafts and writes its context.
+  for (size_t i = 1; i < 10; ++i) {
+    EXPECT_GT(dear_after[i].first, dear_after[i - 1].first) << "request " << i << " did not draft";
+    EXPECT_GT(dear_after[i].second, dear_after[i - 1].second) << "request " << i;
+  }
+}
+
 TEST(SpecEngine, CountersAddUp) {
   // Every step verifies its drafts (adaptive speculation off), so that the tokens add up as below.
   EngineConfig c = spec_config(7, "standard");
@@ -591,7 +648,7 @@ TEST(SpecEngine, BadConfigurationsFailAtStart) {
             std::string::npos);
   EXPECT_NE(msg([] {
               m3::SpeculativeConfig::parse(R"({"method":"dspark","num_speculative_tokens":3,"draft_activations":"int8"})");
-            }).find("draft_activations: \"int8\" is not supported (expected one of \"fp32\", \"bf16\")"),
+            }).find("draft_activations: \"int8\" is not supported (expected one of \"auto\", \"fp32\", \"bf16\")"),
             std::string::npos);
   EXPECT_EQ(m3::SpeculativeConfig::parse(R"({"method":"dspark","num_speculative_tokens":3,"draft_activations":"bf16"})")
                 .draft_activations,
