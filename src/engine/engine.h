@@ -106,6 +106,7 @@ struct EngineStats {
   int64_t spec_draft_tokens = 0;     // draft tokens proposed
   int64_t spec_accepted_tokens = 0;  // draft tokens accepted
   std::vector<int64_t> spec_accepted_per_pos;  // [num_speculative_tokens]
+  int64_t spec_cut_by_confidence = 0;  // drafts drawn but not verified: the confidence head said they would not pay
   // KV tiers.
   int64_t tier_offloaded_pages = 0;  // pages written to a tier on eviction
   int64_t tier_loaded_pages = 0;     // prefix pages loaded back instead of recomputed

@@ -47,4 +47,13 @@ std::vector<int> choose_drafts(const std::vector<SpecCandidate>& cands, double p
   return k;
 }
 
+int cut_by_survival(const float* conf, int n, double threshold) {
+  double survival = 1;
+  for (int i = 0; i < n; ++i) {
+    survival *= std::clamp(double(conf[i]), 0.0, 1.0);
+    if (!(survival > threshold)) return i;
+  }
+  return n;
+}
+
 }  // namespace m3

@@ -43,4 +43,14 @@ struct SpecCandidate {
 // sum_{i<=k} (P_i - lambda row_ms) - lambda draft_ms [k > 0], P_i = prod_{j<=i} rate[j-1]).
 std::vector<int> choose_drafts(const std::vector<SpecCandidate>& cands, double plain_tokens, const SpecCosts& costs);
 
+// Adaptive verification with the draft's confidence head (DSpark paper section 3.2; vLLM's
+// enable_adaptive_verification): after the draft pass, how many of a request's n drafts to verify.
+// conf[j] is the head's probability that draft j+1 is accepted given drafts 1..j were, so draft i
+// survives with S_i = conf[0] * .. * conf[i-1]; a verified row pays when S_i > threshold (the tokens
+// per ms of the step times a row's ms). S_i falls with i, so the kept drafts are the longest prefix
+// with S_i > threshold. Exactness: whether draft i is verified depends on conf[0..i-1] only, which
+// depend on the drafts before i, not on draft i itself: a stopping rule, under which the token-wise and
+// block rules stay exact (the drafts after the stop act as drafts the target never accepts).
+int cut_by_survival(const float* conf, int n, double threshold);
+
 }  // namespace m3

@@ -24,6 +24,11 @@ struct SpeculativeConfig {
   // only the drafts its measured acceptance and the measured step costs say will pay (0 = a plain
   // decode step, no draft pass); false verifies num_speculative_tokens every step (engine/spec_adaptive.h).
   bool adaptive = true;
+  // "enable_adaptive_verification" (vLLM's key, default false): after the draft pass, each request's
+  // drafts are cut where the draft's confidence head (DSparkDraft::confidence) puts the survival
+  // probability of the next one below what its verified row costs (Speculator::cut_by_confidence).
+  // Needs a draft with a confidence head and `adaptive`.
+  bool adaptive_verification = false;
   // m3serve's key "draft_activations": "fp32" (default, exact) or "bf16": the draft's MXFP8 / NVFP4
   // layers round their activations to BF16 and multiply with BF16 dot products where the CPU has them
   // (Linear::act_bf16). Only the draft's proposals move: verification compares the target with the

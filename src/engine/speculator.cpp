@@ -25,6 +25,10 @@ Speculator::Speculator(const SpeculativeConfig& cfg, Model& target, KVDtype targ
   if (cfg.draft_activations == "bf16" && draft_->enable_bf16_activations() == 0)
     throw Error("--speculative-config draft_activations \"bf16\": the draft in " + dir +
                 " has no MXFP8 or NVFP4 layers (BF16 activations apply to those only); remove the key");
+  if (cfg.adaptive_verification && !draft_->has_confidence())
+    throw Error("--speculative-config enable_adaptive_verification: the draft in " + dir +
+                " has no confidence head (enable_confidence_head is not true in its config.json); remove the key "
+                "or set it to false");
   if (cfg.num_speculative_tokens > dc.block_size)
     throw Error("--speculative-config num_speculative_tokens " + std::to_string(cfg.num_speculative_tokens) +
                 " exceeds the draft's dspark_block_size " + std::to_string(dc.block_size) + " (" + dir +
@@ -63,6 +67,8 @@ void Speculator::observe_draft(double ms, int requests) {
 }
 
 void Speculator::choose(std::vector<ScheduledChunk>& plan, const StepCostModel& cost) {
+  conf_threshold_ = -1;
+  probe_.assign(plan.size(), 0);
   if (!cfg_.adaptive) return;
   int64_t prefill = 0, rows = 0, drafts = 0;
   double plain = 0;
@@ -109,10 +115,25 @@ void Speculator::choose(std::vector<ScheduledChunk>& plan, const StepCostModel& 
   }
   const std::vector<int> k = choose_drafts(cands_, plain, sc);
   const double lambda = plain / base;  // tokens per ms of the step without drafts
+  if (cfg_.adaptive_verification) {
+    // The rate the chosen step expects (tokens per ms, from measured acceptance, before any draft of
+    // this step exists): a verified row must bring more than rate x row_ms tokens. Fixed before the
+    // drafts are drawn, so the cut stays a stopping rule (spec_adaptive.h).
+    double tokens = plain, ms = base;
+    for (size_t j = 0; j < k.size(); ++j) {
+      double p = 1;
+      for (int i = 0; i < k[j]; ++i) tokens += (p *= std::clamp(cands_[j].acc->rate[size_t(i)], 0.0, 1.0));
+      if (k[j] > 0) ms += double(k[j]) * sc.row_ms + sc.draft_ms;
+    }
+    conf_threshold_ = tokens / ms * sc.row_ms;
+  }
   for (size_t j = 0; j < k.size(); ++j) {
     ScheduledChunk& c = plan[cand_chunk_[j]];
     SpecAcceptance& a = c.seq->spec_acc;
-    if (++a.decisions % kProbeEvery == 0) continue;  // a probe: every draft, to re-measure
+    if (++a.decisions % kProbeEvery == 0) {  // a probe: every draft, to re-measure
+      probe_[cand_chunk_[j]] = 1;
+      continue;
+    }
     c.spec = k[j];
     // Speculating (k[j] drafts, and the draft context of every kept token) against ending it (no
     // drafts, no context): G expected accepted drafts for k row + draft + G ctx more ms, against
@@ -189,6 +210,7 @@ void Speculator::propose(const std::vector<ScheduledChunk>& plan) {
   qrow_.assign(plan.size(), 0);
   for (size_t qi = 0; qi < nq; ++qi) qrow_[chunks_[qi]] = zrow_[qi];
   if (q_.size() < size_t(zrows * V)) q_.resize(size_t(zrows * V));
+  if (cfg_.adaptive_verification && conf_.size() < size_t(zrows)) conf_.resize(size_t(zrows));
   // Position by position over all drafting requests: the Markov biases after the requests' previous
   // tokens are one pass over the Markov weights.
   prefixes_.resize(nq);
@@ -223,6 +245,8 @@ void Speculator::propose(const std::vector<ScheduledChunk>& plan) {
       const float* z = &z_[size_t(row * V)];
       float* q = &q_[size_t(row * V)];
       std::optional<structured::Matcher>& fork = forks_[qi];
+      // The head reads the slot's normed hidden state and the token its Markov bias follows.
+      if (cfg_.adaptive_verification) conf_[size_t(row)] = draft_->confidence(row, prev_[qi]);
       s->sampler.distribution(z, V, s->prompt, prefixes_[qi], q, fork ? fork->mask() : nullptr);
       int32_t t;
       if (greedy_ || s->params.temperature <= 0.0f) {
@@ -238,6 +262,18 @@ void Speculator::propose(const std::vector<ScheduledChunk>& plan) {
       prev_[qi] = t;
       if (fork) fork->advance(t);
     }
+  }
+}
+
+void Speculator::cut_by_confidence(std::vector<ScheduledChunk>& plan) {
+  if (!cfg_.adaptive_verification || conf_threshold_ < 0) return;
+  for (size_t i = 0; i < plan.size(); ++i) {
+    ScheduledChunk& c = plan[i];
+    if (!c.spec || (i < probe_.size() && probe_[i])) continue;
+    const int k = cut_by_survival(&conf_[size_t(qrow_[i])], int(c.spec), conf_threshold_);
+    cut_by_conf_ += c.spec - k;
+    c.spec = k;
+    drafts_[i].resize(size_t(k));
   }
 }
 
@@ -317,6 +353,7 @@ void Speculator::fill_stats(EngineStats& st) const {
   st.spec_draft_tokens = drafted_;
   st.spec_accepted_tokens = accepted_;
   st.spec_accepted_per_pos = accepted_per_pos_;
+  st.spec_cut_by_confidence = cut_by_conf_;
 }
 
 std::string spec_summary(const EngineStats& st) {
@@ -328,6 +365,7 @@ std::string spec_summary(const EngineStats& st) {
   for (size_t i = 0; i < st.spec_accepted_per_pos.size(); ++i)
     o << (i ? ", " : "") << (st.spec_drafts ? double(st.spec_accepted_per_pos[i]) / double(st.spec_drafts) : 0.0);
   o << "]";
+  if (st.spec_cut_by_confidence > 0) o << "; " << st.spec_cut_by_confidence << " drafts cut by the confidence head";
   return o.str();
 }
 
