@@ -23,6 +23,11 @@ struct SpecAcceptance {
   // After a verification of `verified` drafts of which the first `accepted` were kept: each position
   // the verification reached moves toward 1 (kept) or 0 (rejected) by `alpha`.
   void update(int verified, int accepted, double alpha);
+  // Adaptive verification: conf[j] follows the confidence head's value at the positions whose outcome
+  // the same verification measured (as rate[j] does), so that rate[j] / conf[j] calibrates the head to
+  // this request's measured acceptance (empty until the first update; the head's own scale until then).
+  std::vector<double> conf;
+  void update_conf(int verified, int accepted, const float* head, double alpha);
 };
 
 struct SpecCosts {
@@ -52,5 +57,11 @@ std::vector<int> choose_drafts(const std::vector<SpecCandidate>& cands, double p
 // depend on the drafts before i, not on draft i itself: a stopping rule, under which the token-wise and
 // block rules stay exact (the drafts after the stop act as drafts the target never accepts).
 int cut_by_survival(const float* conf, int n, double threshold);
+
+// The head's n values calibrated to a request's measured acceptance: out[j] = head[j] x rate[j] /
+// conf[j], clamped to [0, 1] (vLLM calibrates its confidence budget per request the same way in
+// spirit, with a bias learnt from observed acceptance). Positions without a record keep the head's
+// value. The record only holds earlier steps, so the cut stays a stopping rule.
+void calibrate_confidence(const float* head, int n, const SpecAcceptance& a, float* out);
 
 }  // namespace m3

@@ -270,7 +270,9 @@ void Speculator::cut_by_confidence(std::vector<ScheduledChunk>& plan) {
   for (size_t i = 0; i < plan.size(); ++i) {
     ScheduledChunk& c = plan[i];
     if (!c.spec || (i < probe_.size() && probe_[i])) continue;
-    const int k = cut_by_survival(&conf_[size_t(qrow_[i])], int(c.spec), conf_threshold_);
+    calibrated_.resize(size_t(c.spec));
+    calibrate_confidence(&conf_[size_t(qrow_[i])], int(c.spec), c.seq->spec_acc, calibrated_.data());
+    const int k = cut_by_survival(calibrated_.data(), int(c.spec), conf_threshold_);
     cut_by_conf_ += c.spec - k;
     c.spec = k;
     drafts_[i].resize(size_t(k));
@@ -309,6 +311,11 @@ void Speculator::verify(const ScheduledChunk& c, size_t ci, const float* logits)
   else if (s->params.temperature <= 0.0f) out = verify_greedy(in);
   else if (rejection_ == RejectionMethod::Block) out = verify_block(in, s->sampler);
   else out = verify_standard(in, s->sampler);
+  // The head's values at the positions this verification measured calibrate the next cuts.
+  if (cfg_.adaptive_verification) {
+    if (s->spec_acc.rate.empty()) s->spec_acc.rate = global_acc_.rate;
+    s->spec_acc.update_conf(gamma, out.accepted, &conf_[size_t(qrow_[ci])], kRequestAlpha);
+  }
 }
 
 void Speculator::keep_accepted(const std::vector<ScheduledChunk>& plan) {

@@ -53,9 +53,10 @@ class Speculator {
   void observe_draft(double ms, int requests);
   void propose(const std::vector<ScheduledChunk>& plan);
   // enable_adaptive_verification: after propose(), lowers each speculative chunk's spec (and its drafts)
-  // to the drafts whose survival probability from the confidence head pays for a verified row at the
-  // rate choose() expects of the step (engine/spec_adaptive.h, cut_by_survival). Probes and steps
-  // before the costs are measured keep every draft.
+  // to the drafts whose survival probability from the confidence head, calibrated to the request's
+  // measured acceptance, pays for a verified row at the rate choose() expects of the step
+  // (engine/spec_adaptive.h: calibrate_confidence, cut_by_survival). Probes and steps before the costs
+  // are measured keep every draft.
   void cut_by_confidence(std::vector<ScheduledChunk>& plan);
   // The confidence head's value for chunk `chunk`'s draft j (after propose(), with it enabled).
   float confidence(size_t chunk, int j) const { return conf_[size_t(qrow_[chunk] + j)]; }
@@ -108,7 +109,7 @@ class Speculator {
   int64_t first_shape_ = -1;
   // Adaptive verification: per draft row (as q_), the confidence head's acceptance probability; per
   // plan chunk whether choose() made it a probe; the survival a verified row must beat (-1: no cut).
-  std::vector<float> conf_;
+  std::vector<float> conf_, calibrated_;
   std::vector<char> probe_;
   double conf_threshold_ = -1;
   int64_t cut_by_conf_ = 0;

@@ -424,6 +424,9 @@ void check_lossless(const char* rejection, const m3::StepCostModel* cost = nullp
     c.spec.adaptive = false;  // every step verifies its drafts: tokens 2-4 all from speculative steps
   }
   c.spec.adaptive_verification = confidence;
+  // With the head, 4 requests at a time: steps of a few rows, where adaptive speculation chooses 2-3
+  // drafts and the head cuts some of them (in batches of hundreds every draft but the first is dear).
+  if (confidence) c.max_num_seqs = 4;
   c.kv_cache_dtype = "fp32";
   c.indexer_kv_dtype = "fp32";
   c.max_num_batched_tokens = 4096;
@@ -463,11 +466,12 @@ TEST(SpecEngine, SampledOutputFollowsTargetBlockAdaptive) {
 }
 
 // Adaptive verification (enable_adaptive_verification) with the demo draft's trained confidence head,
-// against step costs where a verified row costs about a third of a plain step (a fake: 10 ms + 4 ms per
-// decode row + 1 ms per prefill token), so that the head's survival probabilities cut drafts: the cut
-// is a stopping rule, and the samples still follow the target's law.
+// against step costs where a verified row is dear (a fake: 1 s + 0.15 s per decode row + 10 ms per
+// prefill token, so that the measured draft pass and draft context weigh nothing next to them and the
+// decisions do not depend on the host's load), so that the head's survival probabilities cut drafts:
+// the cut is a stopping rule, and the samples still follow the target's law.
 struct ThirdRows : m3::StepCostModel {
-  double predict_ms(int64_t p, int64_t d) const override { return 10.0 + 4.0 * double(d) + 1.0 * double(p); }
+  double predict_ms(int64_t p, int64_t d) const override { return 1000.0 + 150.0 * double(d) + 10.0 * double(p); }
 };
 
 TEST(SpecEngine, SampledOutputFollowsTargetBlockAdaptiveVerification) {
