@@ -73,8 +73,9 @@ SpeculativeConfig SpeculativeConfig::parse(const std::string& text) {
   }
   if (o.contains("draft_activations")) c.draft_activations = one_of(o, "draft_activations", {"fp32", "bf16"});
   // vLLM's dspark_draft_topk (its markov_topk): the Markov bias is added to the k best base logits
-  // only and the draft is drawn from that truncated distribution. m3serve adds the full-vocabulary bias
-  // (one pass over markov_w2, a few percent of the draft pass next to the lm_head); not implemented.
+  // only and the draft is drawn from that truncated distribution (verification then compares with that
+  // q, so it would stay exact). m3serve adds the full-vocabulary bias (one pass over markov_w2, 10-14% of
+  // mid's draft pass, docs/benchmarks.md 3.1); not implemented.
   if (o.contains("dspark_draft_topk") && !o["dspark_draft_topk"].is_null())
     bad("dspark_draft_topk", "not implemented in m3serve (vLLM's candidate-pruned Markov head: the bias on the "
                              "top-k base logits only; m3serve adds the full-vocabulary Markov bias); remove the key");
