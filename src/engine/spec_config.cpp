@@ -72,13 +72,14 @@ SpeculativeConfig SpeculativeConfig::parse(const std::string& text) {
     c.adaptive = o["adaptive_num_speculative_tokens"].get<bool>();
   }
   if (o.contains("draft_activations")) c.draft_activations = one_of(o, "draft_activations", {"fp32", "bf16"});
-  // vLLM's dspark_draft_topk (its markov_topk): the Markov bias is added to the k best base logits
-  // only and the draft is drawn from that truncated distribution (verification then compares with that
-  // q, so it would stay exact). m3serve adds the full-vocabulary bias (one pass over markov_w2, 10-14% of
-  // mid's draft pass, docs/benchmarks.md 3.1); not implemented.
-  if (o.contains("dspark_draft_topk") && !o["dspark_draft_topk"].is_null())
-    bad("dspark_draft_topk", "not implemented in m3serve (vLLM's candidate-pruned Markov head: the bias on the "
-                             "top-k base logits only; m3serve adds the full-vocabulary Markov bias); remove the key");
+  // vLLM's dspark_draft_topk (its markov_topk): the Markov bias on the k best base logits only, the
+  // draft drawn among them (verification compares with that q, so output stays exact).
+  if (o.contains("dspark_draft_topk") && !o["dspark_draft_topk"].is_null()) {
+    const json& v = o["dspark_draft_topk"];
+    if (!v.is_number_integer() || v.get<int64_t>() < 1 || v.get<int64_t>() > (int64_t(1) << 30))
+      bad("dspark_draft_topk", "expected a positive integer (candidates per draft position), got " + v.dump());
+    c.draft_topk = v.get<int>();
+  }
   if (o.contains("synthetic_acceptance_length")) {
     if (!o["synthetic_acceptance_length"].is_number()) bad("synthetic_acceptance_length", "expected a number");
     c.synthetic_acceptance_length = o["synthetic_acceptance_length"].get<double>();
@@ -116,6 +117,7 @@ std::string SpeculativeConfig::describe() const {
     << (adaptive ? ", drafts verified per request as measured acceptance and step costs pay" : ", every draft verified")
     << (adaptive_verification ? ", then cut where the draft's confidence head says the next one will not pay" : "");
   if (draft_activations != "fp32") o << ", draft activations " << draft_activations;
+  if (draft_topk > 0) o << ", Markov bias on the " << draft_topk << " best draft logits per position";
   if (rejection_sample_method == "synthetic") {
     if (synthetic_acceptance_length > 0) o << " (acceptance length " << synthetic_acceptance_length << ")";
     else o << " (per-position rates)";

@@ -29,6 +29,11 @@ struct SpeculativeConfig {
   // probability of the next one below what its verified row costs (Speculator::cut_by_confidence).
   // Needs a draft with a confidence head and `adaptive`.
   bool adaptive_verification = false;
+  // "dspark_draft_topk" (vLLM's key, default unset = 0): the Markov bias is added to the k best base
+  // logits of each draft position only and the draft is drawn among those (DSparkDraft::add_markov_topk);
+  // verification compares with that distribution, so output stays exact. Constrained requests keep the
+  // full-vocabulary bias (their allowed tokens may all lie outside the k).
+  int draft_topk = 0;
   // m3serve's key "draft_activations": "fp32" (default, exact) or "bf16": the draft's MXFP8 / NVFP4
   // layers round their activations to BF16 and multiply with BF16 dot products where the CPU has them
   // (Linear::act_bf16). Only the draft's proposals move: verification compares the target with the

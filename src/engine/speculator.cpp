@@ -233,8 +233,15 @@ void Speculator::propose(const std::vector<ScheduledChunk>& plan) {
     mrows_.clear();
     for (size_t qi = 0; qi < nq; ++qi)
       if (j < slots_[qi]) {
+        float* zr = &z_[size_t((zrow_[qi] + j) * V)];
+        // dspark_draft_topk: the bias on the k best base logits only (a constrained request keeps the
+        // whole vocabulary: its allowed tokens may all lie outside them).
+        if (cfg_.draft_topk > 0 && !forks_[qi]) {
+          draft_->add_markov_topk(prev_[qi], zr, cfg_.draft_topk);
+          continue;
+        }
         mprev_.push_back(prev_[qi]);
-        mrows_.push_back(&z_[size_t((zrow_[qi] + j) * V)]);
+        mrows_.push_back(zr);
       }
     // The Markov bias enters before the sampling transforms.
     draft_->add_markov(mprev_.data(), mrows_.data(), int(mprev_.size()));

@@ -421,6 +421,33 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void markov_axpy(fl
 
 void DSparkDraft::add_markov(int32_t prev, float* logits) { add_markov(&prev, &logits, 1); }
 
+void DSparkDraft::add_markov_topk(int32_t prev, float* logits, int k) {
+  const int64_t V = cfg_.vocab, R = cfg_.markov_rank;
+  if (prev < 0 || prev >= V) throw Error("DSpark: previous token " + std::to_string(prev) + " outside the vocabulary");
+  if (k < 1) throw Error("DSpark: dspark_draft_topk must be positive");
+  if (k >= V) {
+    add_markov(prev, logits);
+    return;
+  }
+  // The k best base logits (ties by lowest id, as the samplers order them).
+  cand_.resize(size_t(V));
+  for (int64_t v = 0; v < V; ++v) cand_[size_t(v)] = int32_t(v);
+  auto better = [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
+  std::nth_element(cand_.begin(), cand_.begin() + (k - 1), cand_.end(), better);
+  cand_.resize(size_t(k));
+  w1row_.resize(size_t(R));
+  embedding_row(*markov_w1_, prev, R, w1row_.data());
+  cand_bias_.assign(size_t(k), 0.0f);
+  for (int64_t r = 0; r < R; ++r) {  // the transposed fp32 copy, as add_markov: the same sums per word
+    const float w = w1row_[size_t(r)];
+    const float* row = &markov_w2t_[size_t(r * V)];
+    for (int i = 0; i < k; ++i) cand_bias_[size_t(i)] += w * row[cand_[size_t(i)]];
+  }
+  for (int i = 0; i < k; ++i) cand_bias_[size_t(i)] += logits[cand_[size_t(i)]];
+  std::fill(logits, logits + V, -std::numeric_limits<float>::infinity());
+  for (int i = 0; i < k; ++i) logits[cand_[size_t(i)]] = cand_bias_[size_t(i)];
+}
+
 void DSparkDraft::add_markov(const int32_t* prev, float* const* logits, int n) {
   const int64_t V = cfg_.vocab, R = cfg_.markov_rank;
   if (n <= 0) return;

@@ -107,6 +107,11 @@ class DSparkDraft {
   // The same for n rows at once: logits[i] gets the bias after prev[i] (speed: one pass over the
   // Markov weights, block by block from L2, for all rows).
   void add_markov(const int32_t* prev, float* const* logits, int n);
+  // dspark_draft_topk (vLLM's candidate-pruned Markov head): the bias after prev is added to the k
+  // largest of logits[0..vocab) only (ties: lowest id), and every other logit becomes -infinity, so the
+  // draft is drawn from the candidates; the distribution it is drawn from is what verification compares
+  // with, so the output stays exact. Speed: k x rank products instead of vocab x rank.
+  void add_markov_topk(int32_t prev, float* logits, int k);
 
  private:
   struct Layer;
@@ -129,6 +134,8 @@ class DSparkDraft {
   int64_t ws_rows_ = 0;
   AlignedVector<float> x_, a_, q_, k_, v_, att_, tmp_, g_, u_, cos_, sin_, w1row_, mk_;
   std::vector<int> slots_;
+  std::vector<int32_t> cand_;  // add_markov_topk's candidate ids
+  std::vector<float> cand_bias_;
 };
 
 }  // namespace m3

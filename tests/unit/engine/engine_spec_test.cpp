@@ -9,7 +9,8 @@
 // BF16 activations keeps greedy output and losslessness; adaptive verification with the demo draft's
 // confidence head cuts drafts and keeps greedy output and the chi-square checks (block and standard), and
 // its bad configurations (a non-boolean, without adaptive speculation, a draft without a head or with the
-// head's tensors missing; dspark_draft_topk) are refused by name.
+// head's tensors missing) are refused by name; dspark_draft_topk's candidate-pruned Markov bias equals the
+// full bias on its candidates and keeps greedy output and the chi-square check; its bad values are refused.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -386,7 +387,7 @@ TEST(SpecEngine, GreedyIdenticalUnderPreemptionPrefixCacheAndAborts) {
 // with the plain forward pass. The speculative engine's samples must fit it (Pearson chi-square,
 // alpha = 1e-3, cells under 5 expected pooled). Tokens 2-4 come from speculative steps.
 void check_lossless(const char* rejection, const m3::StepCostModel* cost = nullptr, bool bf16_draft = false,
-                    bool confidence = false) {
+                    bool confidence = false, int draft_topk = 0) {
   const int64_t V = demo().config().vocab;
   const std::vector<int32_t> prompt = demo_tok().encode("And God said, Let", true);
   SamplingParams sp;
@@ -424,6 +425,10 @@ void check_lossless(const char* rejection, const m3::StepCostModel* cost = nullp
     c.spec.adaptive = false;  // every step verifies its drafts: tokens 2-4 all from speculative steps
   }
   c.spec.adaptive_verification = confidence;
+  if (draft_topk > 0) {
+    c.spec.draft_topk = draft_topk;
+    c.spec.adaptive = false;  // every step verifies its drafts: tokens 2-4 all from speculative steps
+  }
   // With the head, 4 requests at a time: steps of a few rows, where adaptive speculation chooses 2-3
   // drafts and the head cuts some of them (in batches of hundreds every draft but the first is dear).
   if (confidence) c.max_num_seqs = 4;
@@ -474,6 +479,9 @@ struct ThirdRows : m3::StepCostModel {
   double predict_ms(int64_t p, int64_t d) const override { return 1000.0 + 150.0 * double(d) + 10.0 * double(p); }
 };
 
+// dspark_draft_topk: drafts drawn among the k best base logits with the Markov bias on those only.
+TEST(SpecEngine, SampledOutputFollowsTargetBlockDraftTopk) { check_lossless("block", nullptr, false, false, 8); }
+
 TEST(SpecEngine, SampledOutputFollowsTargetBlockAdaptiveVerification) {
   ThirdRows cost;
   check_lossless("block", &cost, false, true);
@@ -481,6 +489,50 @@ TEST(SpecEngine, SampledOutputFollowsTargetBlockAdaptiveVerification) {
 TEST(SpecEngine, SampledOutputFollowsTargetStandardAdaptiveVerification) {
   ThirdRows cost;
   check_lossless("standard", &cost, false, true);
+}
+
+// dspark_draft_topk: the candidate-pruned bias equals the full bias on the k best base logits (ties by
+// lowest id) and is -infinity elsewhere; greedy output with it is the target's, alone and in the mixed
+// batch, and the drafts are still kept.
+TEST(SpecEngine, DraftTopkMarkovMatchesTheFullBiasOnItsCandidates) {
+  m3::DSparkDraft draft(kModel + "/dspark", demo());
+  const int64_t V = demo().config().vocab;
+  std::vector<float> base(static_cast<size_t>(V));
+  for (int64_t v = 0; v < V; ++v) base[size_t(v)] = float(std::sin(double(v) * 0.37) * 4.0);  // assorted logits
+  base[5] = base[9] = 10.0f;  // a tie at the top: both are candidates
+  for (int k : {1, 2, 16, 300}) {
+    std::vector<float> full = base, top = base;
+    draft.add_markov(1234, full.data());
+    draft.add_markov_topk(1234, top.data(), k);
+    std::vector<int32_t> ids(static_cast<size_t>(V));
+    for (int64_t v = 0; v < V; ++v) ids[size_t(v)] = int32_t(v);
+    std::stable_sort(ids.begin(), ids.end(), [&](int32_t a, int32_t b) { return base[size_t(a)] > base[size_t(b)]; });
+    std::vector<char> cand(static_cast<size_t>(V), 0);
+    for (int i = 0; i < k; ++i) cand[size_t(ids[size_t(i)])] = 1;
+    int n = 0;
+    for (int64_t v = 0; v < V; ++v) {
+      if (cand[size_t(v)]) {
+        EXPECT_NEAR(top[size_t(v)], full[size_t(v)], 1e-5) << "k " << k << " id " << v;
+        ++n;
+      } else {
+        EXPECT_TRUE(std::isinf(top[size_t(v)]) && top[size_t(v)] < 0) << "k " << k << " id " << v;
+      }
+    }
+    EXPECT_EQ(n, k);
+  }
+  EXPECT_EQ(base[5], 10.0f);
+  // Greedy output unchanged with the pruned head.
+  EngineConfig plain;
+  plain.num_pages = 64;
+  const auto ref = run_mixed(plain);
+  EngineConfig c = spec_config(7, "block");
+  c.spec.draft_topk = 8;
+  m3::EngineStats st;
+  const auto got = run_mixed(c, 16, false, &st);
+  for (const auto& [id, f] : ref) EXPECT_EQ(got.at(id).tokens, f.tokens) << id;
+  EXPECT_GT(st.spec_accepted_tokens, 0);
+  std::printf("draft top-8: acceptance length %.3f over %lld drafts\n",
+              1.0 + double(st.spec_accepted_tokens) / double(st.spec_drafts), (long long)st.spec_drafts);
 }
 
 // Greedy output with adaptive verification on is the target's, token for token, and the head did cut
@@ -684,10 +736,15 @@ TEST(SpecEngine, BadConfigurationsFailAtStart) {
                   .adaptive_verification);
   EXPECT_FALSE(m3::SpeculativeConfig::parse(R"({"method":"dspark","num_speculative_tokens":3,"enable_adaptive_verification":false})")
                    .adaptive_verification);
-  EXPECT_NE(msg([] {
-              m3::SpeculativeConfig::parse(R"({"method":"dspark","num_speculative_tokens":3,"dspark_draft_topk":8})");
-            }).find("dspark_draft_topk: not implemented in m3serve"),
-            std::string::npos);
+  for (const char* bad : {"0", "-3", "2.5", "\"8\""})
+    EXPECT_NE(msg([&] {
+                m3::SpeculativeConfig::parse(std::string(R"({"method":"dspark","num_speculative_tokens":3,"dspark_draft_topk":)") +
+                                             bad + "}");
+              }).find("dspark_draft_topk: expected a positive integer"),
+              std::string::npos)
+        << bad;
+  EXPECT_EQ(m3::SpeculativeConfig::parse(R"({"method":"dspark","num_speculative_tokens":3,"dspark_draft_topk":8})").draft_topk, 8);
+  EXPECT_EQ(m3::SpeculativeConfig::parse(R"({"method":"dspark","num_speculative_tokens":3,"dspark_draft_topk":null})").draft_topk, 0);
   {
     // The demo draft without its head: config.json says none (refused by name), or says one but the
     // tensors are missing (the loader names the tensor).
