@@ -5,13 +5,16 @@
 # all alike. Prints the speculative runs' acceptance length and the drafts the head cut.
 # Usage: tools/spec_confidence_bench.sh [m3serve] [model] [label=verification JSON fragment]...
 #   e.g. tools/spec_confidence_bench.sh build/m3serve models/demo 'trained="rejection_sample_method":"block"'
-#   ROUNDS=2, K=7, N=16 requests, TOKENS=128 each, TEMP=0.7, CONCS="1 8" (as tools/spec_adaptive_bench.sh).
+#   ROUNDS=2, K=7, N=16 requests, TOKENS=128 each, TEMP=0.7, CONCS="1 8" (as tools/spec_adaptive_bench.sh);
+#   VARIANT: the keys the third run adds (default ',"enable_adaptive_verification":true'), e.g.
+#   VARIANT=',"dspark_draft_topk":64' to time the candidate-pruned Markov head instead.
 set -euo pipefail
 BIN=${1:-build/m3serve}
 MODEL=${2:-models/demo}
 shift 2 || true
 [ $# -gt 0 ] || set -- 'block="rejection_sample_method":"block"'
 ROUNDS=${ROUNDS:-2} K=${K:-7} N=${N:-16} TOKENS=${TOKENS:-128} TEMP=${TEMP:-0.7} CONCS=${CONCS:-"1 8"}
+VARIANT=${VARIANT:-',"enable_adaptive_verification":true'}
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 python3 - "$TMP/req.jsonl" "$TEMP" "$N" "$TOKENS" <<'PY'
@@ -38,7 +41,7 @@ run() {  # conc spec-json-or-empty -> "tok/s AL"
   echo "$tps ${al:--}"
 }
 printf "%-6s %-5s %-10s %-11s %-10s %-8s %-10s %-8s %s\n" round conc setting "none tok/s" "adaptive" "AL" \
-  "+head" "AL/cut" "adaptive/none +head/none +head/adaptive"
+  "+variant" "AL/cut" "adaptive/none +var/none +var/adaptive"
 for round in $(seq 1 "$ROUNDS"); do
   for conc in $CONCS; do
     for lv in "$@"; do
@@ -46,7 +49,7 @@ for round in $(seq 1 "$ROUNDS"); do
       base="{\"method\":\"dspark\",\"num_speculative_tokens\":$K,\"draft_sample_method\":\"probabilistic\",$frag"
       read -r none _ < <(run "$conc" "")
       read -r adapt aal < <(run "$conc" "$base}")
-      read -r head hal < <(run "$conc" "$base,\"enable_adaptive_verification\":true}")
+      read -r head hal < <(run "$conc" "$base$VARIANT}")
       printf "%-6s %-5s %-10s %-11s %-10s %-8s %-10s %-8s %s\n" "$round" "$conc" "$label" "$none" "$adapt" "$aal" \
         "$head" "$hal" "$(python3 -c "print(f'{$adapt/$none:.2f}          {$head/$none:.2f}       {$head/$adapt:.2f}')")"
     done
