@@ -578,6 +578,7 @@ std::vector<RequestOutput> Engine::step() {
     spec_->propose(plan);
     draft_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - d0).count();
     spec_->observe_draft(draft_ms, drafting);
+    spec_->cut_by_confidence(plan);  // enable_adaptive_verification: fewer drafts where the head says so
   }
   items_.resize(plan.size());
   views_.resize(plan.size());

@@ -108,6 +108,7 @@ struct EngineStats {
   std::vector<int64_t> spec_accepted_per_pos;  // [num_speculative_tokens]
   int64_t spec_context_tokens = 0;    // tokens whose draft context (K/V) was written
   int64_t spec_skipped_requests = 0;  // requests admitted without speculation (it could not pay)
+  int64_t spec_cut_by_confidence = 0;  // drafts drawn but not verified: the confidence head said they would not pay
   // KV tiers.
   int64_t tier_offloaded_pages = 0;  // pages written to a tier on eviction
   int64_t tier_loaded_pages = 0;     // prefix pages loaded back instead of recomputed

@@ -19,6 +19,25 @@ void SpecAcceptance::update_mean(int verified, int accepted, double alpha) {
   }
 }
 
+void SpecAcceptance::update_conf(int verified, int accepted, const float* head, double alpha) {
+  if (conf.size() < rate.size()) conf.resize(rate.size(), -1.0);
+  for (int j = 0; j < verified && j < int(conf.size()) && j <= accepted; ++j) {
+    const double c = std::clamp(double(head[j]), 0.0, 1.0);
+    if (!(c == c)) continue;  // NaN: nothing to learn
+    double& m = conf[size_t(j)];
+    m = m < 0 ? c : m + alpha * (c - m);
+  }
+}
+
+void calibrate_confidence(const float* head, int n, const SpecAcceptance& a, float* out) {
+  for (int j = 0; j < n; ++j) {
+    double c = head[j];
+    if (size_t(j) < a.conf.size() && size_t(j) < a.rate.size() && a.conf[size_t(j)] > 1e-3)
+      c *= a.rate[size_t(j)] / a.conf[size_t(j)];
+    out[j] = float(std::clamp(c, 0.0, 1.0));
+  }
+}
+
 std::vector<int> choose_drafts(const std::vector<SpecCandidate>& cands, double plain_tokens, const SpecCosts& c) {
   std::vector<int> k(cands.size(), 0);
   if (cands.empty() || !(c.base_ms > 0)) return k;
@@ -53,6 +72,15 @@ std::vector<int> choose_drafts(const std::vector<SpecCandidate>& cands, double p
     lambda = next;
   }
   return k;
+}
+
+int cut_by_survival(const float* conf, int n, double threshold) {
+  double survival = 1;
+  for (int i = 0; i < n; ++i) {
+    survival *= std::clamp(double(conf[i]), 0.0, 1.0);
+    if (!(survival > threshold)) return i;
+  }
+  return n;
 }
 
 }  // namespace m3

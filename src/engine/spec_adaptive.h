@@ -30,6 +30,11 @@ struct SpecAcceptance {
   // the ~20 per position an EWMA of 0.05 takes (each of them a step that verifies every draft).
   void update_mean(int verified, int accepted, double alpha);
   std::vector<int64_t> seen;  // outcomes counted per position (update_mean)
+  // Adaptive verification: conf[j] follows the confidence head's value at the positions whose outcome
+  // the same verification measured (as rate[j] does), so that rate[j] / conf[j] calibrates the head to
+  // this request's measured acceptance (empty until the first update; the head's own scale until then).
+  std::vector<double> conf;
+  void update_conf(int verified, int accepted, const float* head, double alpha);
 };
 
 struct SpecCosts {
@@ -49,5 +54,21 @@ struct SpecCandidate {
 // the rate lambda fixed the requests separate, each taking the k with the largest
 // sum_{i<=k} (P_i - lambda row_ms) - lambda draft_ms [k > 0], P_i = prod_{j<=i} rate[j-1]).
 std::vector<int> choose_drafts(const std::vector<SpecCandidate>& cands, double plain_tokens, const SpecCosts& costs);
+
+// Adaptive verification with the draft's confidence head (DSpark paper section 3.2; vLLM's
+// enable_adaptive_verification): after the draft pass, how many of a request's n drafts to verify.
+// conf[j] is the head's probability that draft j+1 is accepted given drafts 1..j were, so draft i
+// survives with S_i = conf[0] * .. * conf[i-1]; a verified row pays when S_i > threshold (the tokens
+// per ms of the step times a row's ms). S_i falls with i, so the kept drafts are the longest prefix
+// with S_i > threshold. Exactness: whether draft i is verified depends on conf[0..i-1] only, which
+// depend on the drafts before i, not on draft i itself: a stopping rule, under which the token-wise and
+// block rules stay exact (the drafts after the stop act as drafts the target never accepts).
+int cut_by_survival(const float* conf, int n, double threshold);
+
+// The head's n values calibrated to a request's measured acceptance: out[j] = head[j] x rate[j] /
+// conf[j], clamped to [0, 1] (vLLM calibrates its confidence budget per request the same way in
+// spirit, with a bias learnt from observed acceptance). Positions without a record keep the head's
+// value. The record only holds earlier steps, so the cut stays a stopping rule.
+void calibrate_confidence(const float* head, int n, const SpecAcceptance& a, float* out);
 
 }  // namespace m3

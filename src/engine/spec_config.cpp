@@ -61,17 +61,25 @@ SpeculativeConfig SpeculativeConfig::parse(const std::string& text) {
     c.rejection_sample_method = one_of(o, "rejection_sample_method", {"block", "standard", "synthetic"});
   if (o.contains("kv_cache_dtype") && !o["kv_cache_dtype"].is_null()) c.kv_cache_dtype = str(o, "kv_cache_dtype");
   if (o.contains("attention_backend") && !o["attention_backend"].is_null()) c.attention_backend = str(o, "attention_backend");
-  if (o.contains("enable_adaptive_verification") && o["enable_adaptive_verification"] != false)
-    bad("enable_adaptive_verification", "adaptive verification (the confidence head) is not implemented in m3serve; "
-                                        "remove the key or set it to false");
+  if (o.contains("enable_adaptive_verification")) {
+    if (!o["enable_adaptive_verification"].is_boolean())
+      bad("enable_adaptive_verification", "expected true or false, got " + o["enable_adaptive_verification"].dump());
+    c.adaptive_verification = o["enable_adaptive_verification"].get<bool>();
+  }
   if (o.contains("adaptive_num_speculative_tokens")) {
     if (!o["adaptive_num_speculative_tokens"].is_boolean())
       bad("adaptive_num_speculative_tokens", "expected true or false, got " + o["adaptive_num_speculative_tokens"].dump());
     c.adaptive = o["adaptive_num_speculative_tokens"].get<bool>();
   }
   if (o.contains("draft_activations")) c.draft_activations = one_of(o, "draft_activations", {"auto", "fp32", "bf16"});
-  if (o.contains("dspark_draft_topk") && !o["dspark_draft_topk"].is_null())
-    bad("dspark_draft_topk", "not implemented in m3serve; remove the key");
+  // vLLM's dspark_draft_topk (its markov_topk): the Markov bias on the k best base logits only, the
+  // draft drawn among them (verification compares with that q, so output stays exact).
+  if (o.contains("dspark_draft_topk") && !o["dspark_draft_topk"].is_null()) {
+    const json& v = o["dspark_draft_topk"];
+    if (!v.is_number_integer() || v.get<int64_t>() < 1 || v.get<int64_t>() > (int64_t(1) << 30))
+      bad("dspark_draft_topk", "expected a positive integer (candidates per draft position), got " + v.dump());
+    c.draft_topk = v.get<int>();
+  }
   if (o.contains("synthetic_acceptance_length")) {
     if (!o["synthetic_acceptance_length"].is_number()) bad("synthetic_acceptance_length", "expected a number");
     c.synthetic_acceptance_length = o["synthetic_acceptance_length"].get<double>();
@@ -88,6 +96,9 @@ SpeculativeConfig SpeculativeConfig::parse(const std::string& text) {
       c.synthetic_acceptance_rates.push_back(v.get<double>());
     }
   }
+  if (c.adaptive_verification && !c.adaptive)
+    bad("enable_adaptive_verification", "needs adaptive_num_speculative_tokens true (the measured step costs the "
+                                        "confidence head's expected acceptance is weighed against)");
   if (c.rejection_sample_method == "synthetic" && c.synthetic_acceptance_length == 0 &&
       c.synthetic_acceptance_rates.empty())
     bad("rejection_sample_method", "\"synthetic\" needs synthetic_acceptance_length or synthetic_acceptance_rates");
@@ -103,8 +114,10 @@ std::string SpeculativeConfig::describe() const {
   std::ostringstream o;
   o << "speculative decoding: " << method << ", " << num_speculative_tokens << " draft tokens, draft sampling "
     << draft_sample_method << ", verification " << rejection_sample_method
-    << (adaptive ? ", drafts verified per request as measured acceptance and step costs pay" : ", every draft verified");
+    << (adaptive ? ", drafts verified per request as measured acceptance and step costs pay" : ", every draft verified")
+    << (adaptive_verification ? ", then cut where the draft's confidence head says the next one will not pay" : "");
   if (draft_activations != "fp32") o << ", draft activations " << draft_activations;
+  if (draft_topk > 0) o << ", Markov bias on the " << draft_topk << " best draft logits per position";
   if (rejection_sample_method == "synthetic") {
     if (synthetic_acceptance_length > 0) o << " (acceptance length " << synthetic_acceptance_length << ")";
     else o << " (per-position rates)";

@@ -32,6 +32,21 @@ struct SpeculativeConfig {
   // length is the same either way (2.35 fp32, 2.37 bf16), and the draft pass, which at the small
   // presets costs about a target step, is faster.
   std::string draft_activations = "auto";
+  // "enable_adaptive_verification" (vLLM's key, default false): after the draft pass, each request's
+  // drafts are cut where the draft's confidence head (DSparkDraft::confidence) puts the survival
+  // probability of the next one below what its verified row costs (Speculator::cut_by_confidence).
+  // Needs a draft with a confidence head and `adaptive`.
+  bool adaptive_verification = false;
+  // "dspark_draft_topk" (vLLM's key, default unset = 0): the Markov bias is added to the k best base
+  // logits of each draft position only and the draft is drawn among those (DSparkDraft::add_markov_topk);
+  // verification compares with that distribution, so output stays exact. Constrained requests keep the
+  // full-vocabulary bias (their allowed tokens may all lie outside the k).
+  int draft_topk = 0;
+  // m3serve's key "draft_activations": "fp32" (default, exact) or "bf16": the draft's MXFP8 / NVFP4
+  // layers round their activations to BF16 and multiply with BF16 dot products where the CPU has them
+  // (Linear::act_bf16). Only the draft's proposals move: verification compares the target with the
+  // distribution the drafts were drawn from, so the output's distribution (and greedy output) is unchanged.
+  std::string draft_activations = "fp32";
 
   // Parses the JSON text of --speculative-config; "" gives a disabled config. Throws m3::Error.
   static SpeculativeConfig parse(const std::string& json_text);

@@ -30,6 +30,10 @@ Speculator::Speculator(const SpeculativeConfig& cfg, Model& target, KVDtype targ
                   " has no MXFP8 or NVFP4 layers (BF16 activations apply to those only); remove the key");
     cfg_.draft_activations = "fp32";  // "auto" on a BF16 draft: nothing to round
   }
+  if (cfg.adaptive_verification && !draft_->has_confidence())
+    throw Error("--speculative-config enable_adaptive_verification: the draft in " + dir +
+                " has no confidence head (enable_confidence_head is not true in its config.json); remove the key "
+                "or set it to false");
   if (cfg.num_speculative_tokens > dc.block_size)
     throw Error("--speculative-config num_speculative_tokens " + std::to_string(cfg.num_speculative_tokens) +
                 " exceeds the draft's dspark_block_size " + std::to_string(dc.block_size) + " (" + dir +
@@ -99,6 +103,8 @@ void Speculator::admit(std::vector<ScheduledChunk>& plan, const StepCostModel& c
 }
 
 void Speculator::choose(std::vector<ScheduledChunk>& plan, const StepCostModel& cost) {
+  conf_threshold_ = -1;
+  probe_.assign(plan.size(), 0);
   if (!cfg_.adaptive) return;
   admit(plan, cost);
   int64_t prefill = 0, rows = 0, drafts = 0;
@@ -146,10 +152,25 @@ void Speculator::choose(std::vector<ScheduledChunk>& plan, const StepCostModel& 
   }
   const std::vector<int> k = choose_drafts(cands_, plain, sc);
   const double lambda = plain / base;  // tokens per ms of the step without drafts
+  if (cfg_.adaptive_verification) {
+    // The rate the chosen step expects (tokens per ms, from measured acceptance, before any draft of
+    // this step exists): a verified row must bring more than rate x row_ms tokens. Fixed before the
+    // drafts are drawn, so the cut stays a stopping rule (spec_adaptive.h).
+    double tokens = plain, ms = base;
+    for (size_t j = 0; j < k.size(); ++j) {
+      double p = 1;
+      for (int i = 0; i < k[j]; ++i) tokens += (p *= std::clamp(cands_[j].acc->rate[size_t(i)], 0.0, 1.0));
+      if (k[j] > 0) ms += double(k[j]) * sc.row_ms + sc.draft_ms;
+    }
+    conf_threshold_ = tokens / ms * sc.row_ms;
+  }
   for (size_t j = 0; j < k.size(); ++j) {
     ScheduledChunk& c = plan[cand_chunk_[j]];
     SpecAcceptance& a = c.seq->spec_acc;
-    if (++a.decisions % kProbeEvery == 0) continue;  // a probe: every draft, to re-measure
+    if (++a.decisions % kProbeEvery == 0) {  // a probe: every draft, to re-measure
+      probe_[cand_chunk_[j]] = 1;
+      continue;
+    }
     c.spec = k[j];
     // Speculating (k[j] drafts, and the draft context of every kept token) against ending it (no
     // drafts, no context): G expected accepted drafts for k row + draft + G ctx more ms, against
@@ -226,6 +247,7 @@ void Speculator::propose(const std::vector<ScheduledChunk>& plan) {
   qrow_.assign(plan.size(), 0);
   for (size_t qi = 0; qi < nq; ++qi) qrow_[chunks_[qi]] = zrow_[qi];
   if (q_.size() < size_t(zrows * V)) q_.resize(size_t(zrows * V));
+  if (cfg_.adaptive_verification && conf_.size() < size_t(zrows)) conf_.resize(size_t(zrows));
   // Position by position over all drafting requests: the Markov biases after the requests' previous
   // tokens are one pass over the Markov weights.
   prefixes_.resize(nq);
@@ -248,8 +270,15 @@ void Speculator::propose(const std::vector<ScheduledChunk>& plan) {
     mrows_.clear();
     for (size_t qi = 0; qi < nq; ++qi)
       if (j < slots_[qi]) {
+        float* zr = &z_[size_t((zrow_[qi] + j) * V)];
+        // dspark_draft_topk: the bias on the k best base logits only (a constrained request keeps the
+        // whole vocabulary: its allowed tokens may all lie outside them).
+        if (cfg_.draft_topk > 0 && !forks_[qi]) {
+          draft_->add_markov_topk(prev_[qi], zr, cfg_.draft_topk);
+          continue;
+        }
         mprev_.push_back(prev_[qi]);
-        mrows_.push_back(&z_[size_t((zrow_[qi] + j) * V)]);
+        mrows_.push_back(zr);
       }
     // The Markov bias enters before the sampling transforms.
     draft_->add_markov(mprev_.data(), mrows_.data(), int(mprev_.size()));
@@ -260,6 +289,8 @@ void Speculator::propose(const std::vector<ScheduledChunk>& plan) {
       const float* z = &z_[size_t(row * V)];
       float* q = &q_[size_t(row * V)];
       std::optional<structured::Matcher>& fork = forks_[qi];
+      // The head reads the slot's normed hidden state and the token its Markov bias follows.
+      if (cfg_.adaptive_verification) conf_[size_t(row)] = draft_->confidence(row, prev_[qi]);
       s->sampler.distribution(z, V, s->prompt, prefixes_[qi], q, fork ? fork->mask() : nullptr);
       int32_t t;
       if (greedy_ || s->params.temperature <= 0.0f) {
@@ -275,6 +306,20 @@ void Speculator::propose(const std::vector<ScheduledChunk>& plan) {
       prev_[qi] = t;
       if (fork) fork->advance(t);
     }
+  }
+}
+
+void Speculator::cut_by_confidence(std::vector<ScheduledChunk>& plan) {
+  if (!cfg_.adaptive_verification || conf_threshold_ < 0) return;
+  for (size_t i = 0; i < plan.size(); ++i) {
+    ScheduledChunk& c = plan[i];
+    if (!c.spec || (i < probe_.size() && probe_[i])) continue;
+    calibrated_.resize(size_t(c.spec));
+    calibrate_confidence(&conf_[size_t(qrow_[i])], int(c.spec), c.seq->spec_acc, calibrated_.data());
+    const int k = cut_by_survival(calibrated_.data(), int(c.spec), conf_threshold_);
+    cut_by_conf_ += c.spec - k;
+    c.spec = k;
+    drafts_[i].resize(size_t(k));
   }
 }
 
@@ -310,6 +355,11 @@ void Speculator::verify(const ScheduledChunk& c, size_t ci, const float* logits)
   else if (s->params.temperature <= 0.0f) out = verify_greedy(in);
   else if (rejection_ == RejectionMethod::Block) out = verify_block(in, s->sampler);
   else out = verify_standard(in, s->sampler);
+  // The head's values at the positions this verification measured calibrate the next cuts.
+  if (cfg_.adaptive_verification) {
+    if (s->spec_acc.rate.empty()) s->spec_acc.rate = global_acc_.rate;
+    s->spec_acc.update_conf(gamma, out.accepted, &conf_[size_t(qrow_[ci])], kRequestAlpha);
+  }
 }
 
 void Speculator::keep_accepted(const std::vector<ScheduledChunk>& plan) {
@@ -357,6 +407,7 @@ void Speculator::fill_stats(EngineStats& st) const {
   st.spec_accepted_per_pos = accepted_per_pos_;
   st.spec_context_tokens = ctx_tokens_;
   st.spec_skipped_requests = skipped_;
+  st.spec_cut_by_confidence = cut_by_conf_;
 }
 
 std::string spec_summary(const EngineStats& st) {
@@ -369,6 +420,7 @@ std::string spec_summary(const EngineStats& st) {
     o << (i ? ", " : "") << (st.spec_drafts ? double(st.spec_accepted_per_pos[i]) / double(st.spec_drafts) : 0.0);
   o << "]; draft context for " << st.spec_context_tokens << " tokens";
   if (st.spec_skipped_requests) o << "; " << st.spec_skipped_requests << " requests admitted without speculation";
+  if (st.spec_cut_by_confidence > 0) o << "; " << st.spec_cut_by_confidence << " drafts cut by the confidence head";
   return o.str();
 }
 

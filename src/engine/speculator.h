@@ -57,6 +57,14 @@ class Speculator {
   // The draft pass of a step took `ms` for `requests` requests.
   void observe_draft(double ms, int requests);
   void propose(const std::vector<ScheduledChunk>& plan);
+  // enable_adaptive_verification: after propose(), lowers each speculative chunk's spec (and its drafts)
+  // to the drafts whose survival probability from the confidence head, calibrated to the request's
+  // measured acceptance, pays for a verified row at the rate choose() expects of the step
+  // (engine/spec_adaptive.h: calibrate_confidence, cut_by_survival). Probes and steps before the costs
+  // are measured keep every draft.
+  void cut_by_confidence(std::vector<ScheduledChunk>& plan);
+  // The confidence head's value for chunk `chunk`'s draft j (after propose(), with it enabled).
+  float confidence(size_t chunk, int j) const { return conf_[size_t(qrow_[chunk] + j)]; }
   const std::vector<int32_t>& drafts(size_t chunk) const { return drafts_[chunk]; }
   // The forward's tap rows (the draft's input), `rows` tokens of the step.
   float* taps(int64_t rows);
@@ -105,11 +113,18 @@ class Speculator {
   int64_t admitted_ = 0;  // requests admit() has seen
   int decode_shapes_ = 0;
   int64_t first_shape_ = -1;
+  // Adaptive verification: per draft row (as q_), the confidence head's acceptance probability; per
+  // plan chunk whether choose() made it a probe; the survival a verified row must beat (-1: no cut).
+  std::vector<float> conf_, calibrated_;
+  std::vector<char> probe_;
+  double conf_threshold_ = -1;
+  int64_t cut_by_conf_ = 0;
   std::vector<SpecCandidate> cands_;
   std::vector<size_t> cand_chunk_;
 };
 
-// "speculative: N drafts, N draft tokens, N accepted; acceptance length X; acceptance rate per position [..]".
+// "speculative: N drafts, N draft tokens, N accepted; acceptance length X; acceptance rate per position [..]"
+// (then "; N drafts cut by the confidence head" when adaptive verification cut any).
 std::string spec_summary(const EngineStats& st);
 
 }  // namespace m3

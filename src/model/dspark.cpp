@@ -62,6 +62,7 @@ DSparkConfig DSparkConfig::from_dir(const std::string& dir, const ModelConfig& t
   c.swiglu_alpha = float(r.number_or("swiglu_alpha", 1.702));
   c.swiglu_limit = float(r.number_or("swiglu_limit", 7.0));
   c.confidence_head = r.boolean_or("enable_confidence_head", false);
+  c.confidence_with_markov = r.boolean_or("confidence_head_with_markov", true);
   const std::string mh = r.string_or("dspark_markov_head_type", "vanilla");
   if (mh != "vanilla") r.fail("dspark_markov_head_type", "only \"vanilla\" is supported, got \"" + mh + "\"");
   if (!r.boolean_or("use_gemma_norm", true)) r.fail("use_gemma_norm", "only Gemma (1 + w) norms are supported");
@@ -144,9 +145,10 @@ DSparkDraft::DSparkDraft(const std::string& dir, const Model& target)
       for (int64_t r = 0; r < R; ++r) markov_w2t_[size_t(r * V + v)] = row[size_t(r)];
     }
   }
-  if (cfg_.confidence_head) {  // loaded and checked; only adaptive verification would use it
-    ld.expect_shape(ld.tensor(P + "confidence_head.proj.weight"), {1, H + R});
-    ld.expect_shape(ld.tensor(P + "confidence_head.proj.bias"), {1});
+  if (cfg_.confidence_head) {  // read by adaptive verification (Speculator::cut_by_confidence)
+    const int64_t in = H + (cfg_.confidence_with_markov ? R : 0);
+    conf_w_ = ld.matrix_f32(P + "confidence_head.proj.weight", 1, in);
+    conf_b_ = ld.vec(P + "confidence_head.proj.bias", 1, false)[0];
   }
   bytes_ = double(fc_.bytes() + markov_w2_.bytes() + markov_w1_->nbytes);
   layers_.resize(size_t(cfg_.n_layers));
@@ -210,6 +212,7 @@ void DSparkDraft::write_context(const DraftContextRows* rows, int nrows) {
   int64_t R = 0;
   for (int i = 0; i < nrows; ++i) R += rows[i].n;
   if (R == 0) return;
+  conf_rows_ = 0;  // a_ is overwritten below
   ensure(R);
   const int64_t H = cfg_.hidden, D = cfg_.head_dim, TW = taps_width(), KW = int64_t(cfg_.n_kv_heads) * D;
   const int half = cfg_.rotary_dim / 2;
@@ -282,6 +285,7 @@ void DSparkDraft::propose(const DraftQuery* queries, int nq, const int* nslots, 
       throw Error("DSpark: " + std::to_string(nslots[qi]) + " draft slots requested, the block has " + std::to_string(S));
   const int64_t rows = int64_t(nq) * S;
   ensure(rows);
+  conf_rows_ = 0;  // a_ is overwritten below
   const int64_t H = cfg_.hidden, D = cfg_.head_dim, QW = int64_t(cfg_.n_heads) * D, KW = int64_t(cfg_.n_kv_heads) * D;
   const int half = cfg_.rotary_dim / 2, G = cfg_.n_heads / cfg_.n_kv_heads;
   const TensorView& emb = target_.weights().embed();
@@ -377,6 +381,29 @@ void DSparkDraft::propose(const DraftQuery* queries, int nq, const int* nslots, 
     for (int j = 0; j < nslots[qi]; ++j)
       rms_norm(&x_[size_t((int64_t(qi) * S + j) * H)], final_norm_.data(), H, cfg_.rms_eps, &a_[size_t((nout++) * H)]);
   linear_forward(target_.weights().lm_head(), a_.data(), nout, out);
+  conf_rows_ = nout;
+}
+
+const float* DSparkDraft::slot_hidden(int64_t row) const {
+  if (row < 0 || row >= conf_rows_) throw Error("DSpark: slot row outside the last block pass");
+  return &a_[size_t(row * cfg_.hidden)];
+}
+
+float DSparkDraft::confidence(int64_t row, int32_t prev) {
+  if (conf_w_.empty()) throw Error("DSpark: the draft in " + cfg_.dir + " has no confidence head");
+  const int64_t H = cfg_.hidden, R = cfg_.markov_rank;
+  // fp32 sums over the 6144 + 256 inputs; a_ holds the final-normed slots of the last propose().
+  const float* x = slot_hidden(row);
+  float s = conf_b_;
+  for (int64_t i = 0; i < H; ++i) s += conf_w_[size_t(i)] * x[i];
+  if (cfg_.confidence_with_markov) {
+    if (prev < 0 || prev >= cfg_.vocab)
+      throw Error("DSpark: previous token " + std::to_string(prev) + " outside the vocabulary");
+    conf_w1_.resize(size_t(R));
+    embedding_row(*markov_w1_, prev, R, conf_w1_.data());
+    for (int64_t i = 0; i < R; ++i) s += conf_w_[size_t(H + i)] * conf_w1_[size_t(i)];
+  }
+  return 1.0f / (1.0f + std::exp(-s));
 }
 
 namespace {
@@ -393,6 +420,33 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void markov_axpy(fl
 }  // namespace
 
 void DSparkDraft::add_markov(int32_t prev, float* logits) { add_markov(&prev, &logits, 1); }
+
+void DSparkDraft::add_markov_topk(int32_t prev, float* logits, int k) {
+  const int64_t V = cfg_.vocab, R = cfg_.markov_rank;
+  if (prev < 0 || prev >= V) throw Error("DSpark: previous token " + std::to_string(prev) + " outside the vocabulary");
+  if (k < 1) throw Error("DSpark: dspark_draft_topk must be positive");
+  if (k >= V) {
+    add_markov(prev, logits);
+    return;
+  }
+  // The k best base logits (ties by lowest id, as the samplers order them).
+  cand_.resize(size_t(V));
+  for (int64_t v = 0; v < V; ++v) cand_[size_t(v)] = int32_t(v);
+  auto better = [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
+  std::nth_element(cand_.begin(), cand_.begin() + (k - 1), cand_.end(), better);
+  cand_.resize(size_t(k));
+  w1row_.resize(size_t(R));
+  embedding_row(*markov_w1_, prev, R, w1row_.data());
+  cand_bias_.assign(size_t(k), 0.0f);
+  for (int64_t r = 0; r < R; ++r) {  // the transposed fp32 copy, as add_markov: the same sums per word
+    const float w = w1row_[size_t(r)];
+    const float* row = &markov_w2t_[size_t(r * V)];
+    for (int i = 0; i < k; ++i) cand_bias_[size_t(i)] += w * row[cand_[size_t(i)]];
+  }
+  for (int i = 0; i < k; ++i) cand_bias_[size_t(i)] += logits[cand_[size_t(i)]];
+  std::fill(logits, logits + V, -std::numeric_limits<float>::infinity());
+  for (int i = 0; i < k; ++i) logits[cand_[size_t(i)]] = cand_bias_[size_t(i)];
+}
 
 void DSparkDraft::add_markov(const int32_t* prev, float* const* logits, int n) {
   const int64_t V = cfg_.vocab, R = cfg_.markov_rank;

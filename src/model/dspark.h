@@ -31,7 +31,8 @@ struct DSparkConfig {
   double rope_theta = 0;
   float rms_eps = 1e-6f;
   float swiglu_alpha = 1.702f, swiglu_limit = 7.0f, swiglu_beta = 1.0f;
-  bool confidence_head = false;
+  bool confidence_head = false;         // enable_confidence_head: the checkpoint has confidence_head.proj
+  bool confidence_with_markov = true;   // confidence_head_with_markov: its input is [x_j ; markov_w1[prev_j]]
   WeightFormat format = WeightFormat::Plain;  // layer linears (fc is plain)
   std::string dir;
 
@@ -89,11 +90,28 @@ class DSparkDraft {
   // fewer drafts than the block has slots).
   void propose(const DraftQuery* queries, int nq, const int* nslots, float* out);
 
+  // The confidence head (DSpark paper eq. 7; DeepSpec's AcceptRatePredictor): the predicted probability
+  // that the draft of output row `row` of the last propose() is accepted given the drafts before it,
+  // sigmoid(w · [x_row ; markov_w1[prev]] + b), fp32, where x_row is the slot's final-normed hidden
+  // state (the lm_head's input) and prev the token the slot's Markov bias follows (the anchor for
+  // slot 0, else the previous draft). Valid until the next propose() or write_context(). Throws when
+  // the draft has no head.
+  bool has_confidence() const { return !conf_w_.empty(); }
+  float confidence(int64_t row, int32_t prev);
+  // Output row `row`'s final-normed hidden state of the last propose() (the lm_head's input, the
+  // head's x_row; hidden floats). Throws outside the last pass.
+  const float* slot_hidden(int64_t row) const;
+
   // logits[0..vocab) += markov_w2 · markov_w1[prev]  (the Markov head's bias after token prev).
   void add_markov(int32_t prev, float* logits);
   // The same for n rows at once: logits[i] gets the bias after prev[i] (speed: one pass over the
   // Markov weights, block by block from L2, for all rows).
   void add_markov(const int32_t* prev, float* const* logits, int n);
+  // dspark_draft_topk (vLLM's candidate-pruned Markov head): the bias after prev is added to the k
+  // largest of logits[0..vocab) only (ties: lowest id), and every other logit becomes -infinity, so the
+  // draft is drawn from the candidates; the distribution it is drawn from is what verification compares
+  // with, so the output stays exact. Speed: k x rank products instead of vocab x rank.
+  void add_markov_topk(int32_t prev, float* logits, int k);
 
  private:
   struct Layer;
@@ -106,12 +124,18 @@ class DSparkDraft {
   const TensorView* markov_w1_ = nullptr;
   std::vector<float> hidden_norm_, final_norm_;
   std::vector<float> markov_w2t_;  // markov_w2 as fp32 [rank, vocab] (add_markov)
+  std::vector<float> conf_w_;      // confidence_head.proj.weight as fp32 [hidden (+ rank)]; empty: no head
+  float conf_b_ = 0;
+  int64_t conf_rows_ = 0;          // output rows of the last propose() (their normed slots are in a_)
+  std::vector<float> conf_w1_;     // markov_w1 row workspace of confidence()
   std::vector<Layer> layers_;
   double bytes_ = 0;
   // Workspace, grown on demand.
   int64_t ws_rows_ = 0;
   AlignedVector<float> x_, a_, q_, k_, v_, att_, tmp_, g_, u_, cos_, sin_, w1row_, mk_;
   std::vector<int> slots_;
+  std::vector<int32_t> cand_;  // add_markov_topk's candidate ids
+  std::vector<float> cand_bias_;
 };
 
 }  // namespace m3

@@ -60,6 +60,12 @@ b=$("$BIN" generate --model "$TMP/ds" --prompt "hello world" --max-tokens 24 --t
   --speculative-config '{"method":"dspark","num_speculative_tokens":5}' 2>"$TMP/ds.err")
 [ "$a" = "$b" ] || fail "greedy output differs with the random draft"
 grep -q "acceptance length" "$TMP/ds.err" || fail "no speculative summary: $(cat "$TMP/ds.err")"
+# The random draft has a confidence head: adaptive verification runs with it, greedy output unchanged.
+grep -q '"enable_confidence_head": true' "$TMP/ds/dspark/config.json" || fail "dspark config: no confidence head"
+c=$("$BIN" generate --model "$TMP/ds" --prompt "hello world" --max-tokens 24 --temperature 0 \
+  --speculative-config '{"method":"dspark","num_speculative_tokens":5,"enable_adaptive_verification":true}' 2>"$TMP/dsc.err")
+[ "$a" = "$c" ] || fail "greedy output differs with adaptive verification: $(cat "$TMP/dsc.err")"
+grep -q "confidence head says" "$TMP/dsc.err" || fail "adaptive verification not reported: $(cat "$TMP/dsc.err")"
 
 # --nvfp4-activations int8 (opt-in int8 activations): reported on an NVFP4 checkpoint, "no effect" on
 # a BF16 one; a bad value is rejected naming the flag.

@@ -6,10 +6,15 @@
 // of 4 tokens, also with adaptive speculation cutting the drafts); the counters add up; synthetic
 // acceptance reaches its configured length; bad configurations fail at start with clear messages; the
 // draft's per-query slot counts and batched Markov rows match the one-by-one results, and a draft with
-// BF16 activations keeps greedy output and losslessness.
+// BF16 activations keeps greedy output and losslessness; adaptive verification with the demo draft's
+// confidence head cuts drafts and keeps greedy output and the chi-square checks (block and standard), and
+// its bad configurations (a non-boolean, without adaptive speculation, a draft without a head or with the
+// head's tensors missing) are refused by name; dspark_draft_topk's candidate-pruned Markov bias equals the
+// full bias on its candidates and keeps greedy output and the chi-square check; its bad values are refused.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
 #include <functional>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -17,6 +22,8 @@
 #include "chi_square.h"
 #include "engine_test_util.h"
 #include "base/error.h"
+#include "formats/safetensors.h"
+#include "formats/safetensors_writer.h"
 #include "model/dspark.h"
 #include "model/kv_cache.h"
 #include "tokenizer/tokenizer.h"
@@ -379,7 +386,8 @@ TEST(SpecEngine, GreedyIdenticalUnderPreemptionPrefixCacheAndAborts) {
 // first 4 generated tokens has at most 81 cells and is computed exactly by enumerating prefixes
 // with the plain forward pass. The speculative engine's samples must fit it (Pearson chi-square,
 // alpha = 1e-3, cells under 5 expected pooled). Tokens 2-4 come from speculative steps.
-void check_lossless(const char* rejection, const m3::StepCostModel* cost = nullptr, bool bf16_draft = false) {
+void check_lossless(const char* rejection, const m3::StepCostModel* cost = nullptr, bool bf16_draft = false,
+                    bool confidence = false, int draft_topk = 0) {
   const int64_t V = demo().config().vocab;
   const std::vector<int32_t> prompt = demo_tok().encode("And God said, Let", true);
   SamplingParams sp;
@@ -418,6 +426,14 @@ void check_lossless(const char* rejection, const m3::StepCostModel* cost = nullp
   } else {
     c.spec.draft_activations = "fp32";  // the exact draft ("auto", the default, is bf16 on AVX512-BF16)
   }
+  c.spec.adaptive_verification = confidence;
+  if (draft_topk > 0) {
+    c.spec.draft_topk = draft_topk;
+    c.spec.adaptive = false;  // every step verifies its drafts: tokens 2-4 all from speculative steps
+  }
+  // With the head, 4 requests at a time: steps of a few rows, where adaptive speculation chooses 2-3
+  // drafts and the head cuts some of them (in batches of hundreds every draft but the first is dear).
+  if (confidence) c.max_num_seqs = 4;
   c.kv_cache_dtype = "fp32";
   c.indexer_kv_dtype = "fp32";
   c.max_num_batched_tokens = 4096;
@@ -430,8 +446,12 @@ void check_lossless(const char* rejection, const m3::StepCostModel* cost = nullp
   counts.pop_back();
   const m3test::ChiSquare r = m3test::chi_square(counts, p, rejection);
   EXPECT_TRUE(r.pass()) << rejection << ": chi2 " << r.stat << " > critical " << r.critical;
-  std::printf("%s: acceptance length %.3f over %lld drafts\n", rejection,
-              1.0 + double(st.spec_accepted_tokens) / double(st.spec_drafts), (long long)st.spec_drafts);
+  if (confidence) {
+    EXPECT_GT(st.spec_cut_by_confidence, 0) << "the confidence head never cut a draft";
+  }
+  std::printf("%s: acceptance length %.3f over %lld drafts, %lld drafts cut by the confidence head\n", rejection,
+              1.0 + double(st.spec_accepted_tokens) / double(st.spec_drafts), (long long)st.spec_drafts,
+              (long long)st.spec_cut_by_confidence);
 }
 
 TEST(SpecEngine, SampledOutputFollowsTargetBlock) { check_lossless("block"); }
@@ -450,6 +470,111 @@ struct DearRows : m3::StepCostModel {
 TEST(SpecEngine, SampledOutputFollowsTargetBlockAdaptive) {
   DearRows cost;
   check_lossless("block", &cost);
+}
+
+// Adaptive verification (enable_adaptive_verification) with the demo draft's trained confidence head,
+// against step costs where a verified row is dear (a fake: 1 s + 0.15 s per decode row + 10 ms per
+// prefill token, so that the measured draft pass and draft context weigh nothing next to them and the
+// decisions do not depend on the host's load), so that the head's survival probabilities cut drafts:
+// the cut is a stopping rule, and the samples still follow the target's law.
+struct ThirdRows : m3::StepCostModel {
+  double predict_ms(int64_t p, int64_t d) const override { return 1000.0 + 150.0 * double(d) + 10.0 * double(p); }
+};
+
+// dspark_draft_topk: drafts drawn among the k best base logits with the Markov bias on those only.
+TEST(SpecEngine, SampledOutputFollowsTargetBlockDraftTopk) { check_lossless("block", nullptr, false, false, 8); }
+
+TEST(SpecEngine, SampledOutputFollowsTargetBlockAdaptiveVerification) {
+  ThirdRows cost;
+  check_lossless("block", &cost, false, true);
+}
+TEST(SpecEngine, SampledOutputFollowsTargetStandardAdaptiveVerification) {
+  ThirdRows cost;
+  check_lossless("standard", &cost, false, true);
+}
+
+// dspark_draft_topk: the candidate-pruned bias equals the full bias on the k best base logits (ties by
+// lowest id) and is -infinity elsewhere; greedy output with it is the target's, alone and in the mixed
+// batch, and the drafts are still kept.
+TEST(SpecEngine, DraftTopkMarkovMatchesTheFullBiasOnItsCandidates) {
+  m3::DSparkDraft draft(kModel + "/dspark", demo());
+  const int64_t V = demo().config().vocab;
+  std::vector<float> base(static_cast<size_t>(V));
+  for (int64_t v = 0; v < V; ++v) base[size_t(v)] = float(std::sin(double(v) * 0.37) * 4.0);  // assorted logits
+  base[5] = base[9] = 10.0f;  // a tie at the top: both are candidates
+  for (int k : {1, 2, 16, 300}) {
+    std::vector<float> full = base, top = base;
+    draft.add_markov(1234, full.data());
+    draft.add_markov_topk(1234, top.data(), k);
+    std::vector<int32_t> ids(static_cast<size_t>(V));
+    for (int64_t v = 0; v < V; ++v) ids[size_t(v)] = int32_t(v);
+    std::stable_sort(ids.begin(), ids.end(), [&](int32_t a, int32_t b) { return base[size_t(a)] > base[size_t(b)]; });
+    std::vector<char> cand(static_cast<size_t>(V), 0);
+    for (int i = 0; i < k; ++i) cand[size_t(ids[size_t(i)])] = 1;
+    int n = 0;
+    for (int64_t v = 0; v < V; ++v) {
+      if (cand[size_t(v)]) {
+        EXPECT_NEAR(top[size_t(v)], full[size_t(v)], 1e-5) << "k " << k << " id " << v;
+        ++n;
+      } else {
+        EXPECT_TRUE(std::isinf(top[size_t(v)]) && top[size_t(v)] < 0) << "k " << k << " id " << v;
+      }
+    }
+    EXPECT_EQ(n, k);
+  }
+  EXPECT_EQ(base[5], 10.0f);
+  // Greedy output unchanged with the pruned head.
+  EngineConfig plain;
+  plain.num_pages = 64;
+  const auto ref = run_mixed(plain);
+  EngineConfig c = spec_config(7, "block");
+  c.spec.draft_topk = 8;
+  m3::EngineStats st;
+  const auto got = run_mixed(c, 16, false, &st);
+  for (const auto& [id, f] : ref) EXPECT_EQ(got.at(id).tokens, f.tokens) << id;
+  EXPECT_GT(st.spec_accepted_tokens, 0);
+  std::printf("draft top-8: acceptance length %.3f over %lld drafts\n",
+              1.0 + double(st.spec_accepted_tokens) / double(st.spec_drafts), (long long)st.spec_drafts);
+}
+
+// Greedy output with adaptive verification on is the target's, token for token, and the head did cut
+// (DearRows: speculation keeps paying at the demo's greedy acceptance, and the survival a verified row
+// must beat is about 1%, which the head's products fall below within a few drafts).
+TEST(SpecEngine, AdaptiveVerificationNeverChangesGreedyOutput) {
+  DearRows cost;
+  const auto prompts = demo_prompts();
+  auto run = [&](int mode, m3::EngineStats* st) {
+    EngineConfig c = spec_config(7, "block");
+    c.spec.adaptive_verification = mode == 2;
+    if (mode == 0) c.spec = m3::SpeculativeConfig{};
+    Engine e(demo(), &demo_tok(), c);
+    if (mode > 0) e.set_step_cost_model(&cost);
+    for (int i = 0; i < 6; ++i) {
+      SamplingParams p;
+      p.temperature = 0;
+      p.max_tokens = 48;
+      p.ignore_eos = true;
+      e.add_request("g" + std::to_string(i), prompts[size_t(i)], p);
+    }
+    auto out = m3test::drain(e);
+    *st = e.stats();
+    return out;
+  };
+  m3::EngineStats st_plain, st_adaptive, st_conf;
+  const auto plain = run(0, &st_plain), adaptive = run(1, &st_adaptive), conf = run(2, &st_conf);
+  for (const auto& [id, f] : plain) {
+    EXPECT_EQ(adaptive.at(id).tokens, f.tokens) << id;
+    EXPECT_EQ(conf.at(id).tokens, f.tokens) << id;
+  }
+  EXPECT_GT(st_conf.spec_accepted_tokens, 0);
+  EXPECT_GT(st_conf.spec_cut_by_confidence, 0);
+  EXPECT_EQ(st_adaptive.spec_cut_by_confidence, 0);
+  std::printf("greedy, 6 requests: adaptive verified %lld drafts (%lld kept) in %lld steps; with the head %lld "
+              "(%lld kept) in %lld steps, %lld cut\n",
+              (long long)st_adaptive.spec_draft_tokens, (long long)st_adaptive.spec_accepted_tokens,
+              (long long)st_adaptive.spec_drafts, (long long)st_conf.spec_draft_tokens,
+              (long long)st_conf.spec_accepted_tokens, (long long)st_conf.spec_drafts,
+              (long long)st_conf.spec_cut_by_confidence);
 }
 
 // draft_activations "bf16" (the demo draft is MXFP8): greedy output is the target's, token for token,
@@ -653,6 +778,62 @@ TEST(SpecEngine, BadConfigurationsFailAtStart) {
   EXPECT_EQ(m3::SpeculativeConfig::parse(R"({"method":"dspark","num_speculative_tokens":3,"draft_activations":"bf16"})")
                 .draft_activations,
             "bf16");
+  // enable_adaptive_verification: a boolean, with adaptive speculation (its step costs), and a draft
+  // with a confidence head; dspark_draft_topk is refused by name.
+  EXPECT_NE(msg([] {
+              m3::SpeculativeConfig::parse(R"({"method":"dspark","num_speculative_tokens":3,"enable_adaptive_verification":"yes"})");
+            }).find("enable_adaptive_verification: expected true or false, got \"yes\""),
+            std::string::npos);
+  EXPECT_NE(msg([] {
+              m3::SpeculativeConfig::parse(R"({"method":"dspark","num_speculative_tokens":3,"enable_adaptive_verification":true,)"
+                                           R"("adaptive_num_speculative_tokens":false})");
+            }).find("enable_adaptive_verification: needs adaptive_num_speculative_tokens true"),
+            std::string::npos);
+  EXPECT_TRUE(m3::SpeculativeConfig::parse(R"({"method":"dspark","num_speculative_tokens":3,"enable_adaptive_verification":true})")
+                  .adaptive_verification);
+  EXPECT_FALSE(m3::SpeculativeConfig::parse(R"({"method":"dspark","num_speculative_tokens":3,"enable_adaptive_verification":false})")
+                   .adaptive_verification);
+  for (const char* bad : {"0", "-3", "2.5", "\"8\""})
+    EXPECT_NE(msg([&] {
+                m3::SpeculativeConfig::parse(std::string(R"({"method":"dspark","num_speculative_tokens":3,"dspark_draft_topk":)") +
+                                             bad + "}");
+              }).find("dspark_draft_topk: expected a positive integer"),
+              std::string::npos)
+        << bad;
+  EXPECT_EQ(m3::SpeculativeConfig::parse(R"({"method":"dspark","num_speculative_tokens":3,"dspark_draft_topk":8})").draft_topk, 8);
+  EXPECT_EQ(m3::SpeculativeConfig::parse(R"({"method":"dspark","num_speculative_tokens":3,"dspark_draft_topk":null})").draft_topk, 0);
+  {
+    // The demo draft without its head: config.json says none (refused by name), or says one but the
+    // tensors are missing (the loader names the tensor).
+    const std::string dir = m3test::test_tmp_dir() + "/dspark_no_head";
+    std::filesystem::remove_all(dir);
+    std::filesystem::create_directories(dir);
+    nlohmann::json cfg = nlohmann::json::parse(std::ifstream(kModel + "/dspark/config.json"));
+    nlohmann::json& tc = cfg.contains("text_config") ? cfg["text_config"] : cfg;
+    tc["enable_confidence_head"] = false;
+    std::ofstream(dir + "/config.json") << cfg.dump();
+    std::vector<m3::TensorData> kept;
+    {
+      m3::TensorStore st(kModel + "/dspark");
+      for (const auto& [name, v] : st.all()) {
+        if (name.find("confidence_head") != std::string::npos) continue;
+        kept.push_back({{name, v->dtype, v->shape}, std::vector<uint8_t>(v->data, v->data + v->nbytes)});
+      }
+    }
+    m3::write_safetensors_file(dir + "/model.safetensors", kept);
+    EngineConfig c = spec_config(3, "block");
+    c.spec.adaptive_verification = true;
+    c.spec.model = dir;
+    std::string m = msg([&] { Engine e(demo(), &demo_tok(), c); });
+    EXPECT_NE(m.find("enable_adaptive_verification: the draft in " + dir + " has no confidence head"), std::string::npos) << m;
+    c.spec.adaptive_verification = false;  // a draft without a head serves without the feature
+    EXPECT_EQ(msg([&] { Engine e(demo(), &demo_tok(), c); }), "(no error)");
+    tc["enable_confidence_head"] = true;
+    std::ofstream(dir + "/config.json") << cfg.dump();
+    c.spec.adaptive_verification = true;
+    m = msg([&] { Engine e(demo(), &demo_tok(), c); });
+    EXPECT_NE(m.find("missing tensor language_model.model.dspark.confidence_head.proj.weight"), std::string::npos) << m;
+  }
   // A checkpoint without dspark/: the engine names the folder it looked for.
   m3::Model tiny(m3test::small_engine_model());
   EngineConfig c = spec_config(3, "block");

@@ -1,9 +1,11 @@
 // Adaptive speculation's decision (engine/spec_adaptive.h) with fake step costs and fake acceptance
 // records: no drafts when rows are dear and acceptance low, every draft when rows are cheap, the
 // right cut for a known per-position law, the exact optimum of tokens per ms against brute force, the
-// scheduler's bound per request respected; and the acceptance record's update rule.
+// scheduler's bound per request respected; the acceptance record's update rule; and adaptive
+// verification's cut by the confidence head's survival probabilities.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <random>
 
 #include "engine/spec_adaptive.h"
@@ -88,3 +90,52 @@ TEST(SpecAdaptive, AcceptanceUpdateMovesOnlyReachedPositions) {
 }
 
 }  // namespace
+
+// Adaptive verification's cut (cut_by_survival): the longest prefix whose running product of the
+// confidence head's probabilities exceeds the threshold, computed by hand here.
+TEST(SpecAdaptive, ConfidenceCutKeepsThePrefixWhoseSurvivalPays) {
+  const float conf[] = {0.9f, 0.8f, 0.5f, 0.9f, 0.9f};
+  // Survival: 0.9, 0.72, 0.36, 0.324, 0.2916.
+  EXPECT_EQ(m3::cut_by_survival(conf, 5, 0.95), 0);
+  EXPECT_EQ(m3::cut_by_survival(conf, 5, 0.8), 1);
+  EXPECT_EQ(m3::cut_by_survival(conf, 5, 0.5), 2);
+  EXPECT_EQ(m3::cut_by_survival(conf, 5, 0.33), 3);
+  EXPECT_EQ(m3::cut_by_survival(conf, 5, 0.3), 4);
+  EXPECT_EQ(m3::cut_by_survival(conf, 5, 0.1), 5);
+  EXPECT_EQ(m3::cut_by_survival(conf, 3, 0.1), 3);  // the bound the plan gives
+  EXPECT_EQ(m3::cut_by_survival(conf, 0, 0.1), 0);
+  // A low draft ends the prefix even when later ones are confident (survival never rises again).
+  const float dip[] = {0.95f, 0.05f, 1.0f, 1.0f};
+  EXPECT_EQ(m3::cut_by_survival(dip, 4, 0.1), 1);
+  // Out-of-range values are clamped to probabilities; NaN never pays.
+  const float odd[] = {1.5f, -0.2f};
+  EXPECT_EQ(m3::cut_by_survival(odd, 2, 0.5), 1);
+  const float nan[] = {std::nanf("")};
+  EXPECT_EQ(m3::cut_by_survival(nan, 1, 0.0), 0);
+}
+
+// The head's calibration to a request's measured acceptance: the record of the head's values follows
+// only the positions a verification measured (as the acceptance rates do), and the calibrated value is
+// head x rate / conf, clamped, computed by hand here.
+TEST(SpecAdaptive, ConfidenceCalibrationFollowsMeasuredPositions) {
+  m3::SpecAcceptance a = acc({0.8, 0.6, 0.4});
+  const float first[] = {0.5f, 0.2f, 0.9f};
+  a.update_conf(3, 1, first, 0.5);  // drafts 1 kept, 2 rejected: positions 0 and 1 measured
+  ASSERT_EQ(a.conf.size(), 3u);
+  EXPECT_DOUBLE_EQ(a.conf[0], 0.5);  // the first record is the value itself
+  EXPECT_NEAR(a.conf[1], 0.2, 1e-7);
+  EXPECT_LT(a.conf[2], 0);  // never measured
+  const float second[] = {0.7f, 0.9f, 0.9f};
+  a.update_conf(1, 0, second, 0.5);  // one draft verified and rejected: position 0 only
+  EXPECT_NEAR(a.conf[0], 0.6, 1e-7);
+  EXPECT_NEAR(a.conf[1], 0.2, 1e-7);
+  float out[3];
+  const float head[] = {0.3f, 0.1f, 0.5f};
+  m3::calibrate_confidence(head, 3, a, out);
+  EXPECT_NEAR(out[0], 0.3 * 0.8 / 0.6, 1e-6);
+  EXPECT_NEAR(out[1], 0.1 * 0.6 / 0.2, 1e-6);
+  EXPECT_NEAR(out[2], 0.5, 1e-7);  // no record: the head's value
+  const float high[] = {0.9f};
+  m3::calibrate_confidence(high, 1, a, out);
+  EXPECT_FLOAT_EQ(out[0], 1.0f);  // 0.9 x 0.8 / 0.6 = 1.2, clamped
+}

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Adaptive verification with the draft's confidence head against adaptive speculation without it, and
+# against no speculation, side by side: output tokens/s of `m3serve generate --input` (offline batch)
+# at each concurrency (--max-num-seqs), the three alternated in every round so the host's noise falls on
+# all alike. Prints the speculative runs' acceptance length and the drafts the head cut.
+# Usage: tools/spec_confidence_bench.sh [m3serve] [model] [label=verification JSON fragment]...
+#   e.g. tools/spec_confidence_bench.sh build/m3serve models/demo 'trained="rejection_sample_method":"block"'
+#   ROUNDS=2, K=7, N=16 requests, TOKENS=128 each, TEMP=0.7, CONCS="1 8" (as tools/spec_adaptive_bench.sh);
+#   VARIANT: the keys the third run adds (default ',"enable_adaptive_verification":true'), e.g.
+#   VARIANT=',"dspark_draft_topk":64' to time the candidate-pruned Markov head instead.
+set -euo pipefail
+BIN=${1:-build/m3serve}
+MODEL=${2:-models/demo}
+shift 2 || true
+[ $# -gt 0 ] || set -- 'block="rejection_sample_method":"block"'
+ROUNDS=${ROUNDS:-2} K=${K:-7} N=${N:-16} TOKENS=${TOKENS:-128} TEMP=${TEMP:-0.7} CONCS=${CONCS:-"1 8"}
+VARIANT=${VARIANT:-',"enable_adaptive_verification":true'}
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+python3 - "$TMP/req.jsonl" "$TEMP" "$N" "$TOKENS" <<'PY'
+import json, sys
+out, temp, n, toks = sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+rows = [json.loads(l)["prompt"] for l in open("tests/data/demo/greedy.jsonl")]
+for l in open("tests/data/demo/heldout_tokens.txt"):
+    rows.append([int(x) for x in l.split()][:96])
+with open(out, "w") as f:
+    for i in range(n):
+        f.write(json.dumps({"prompt_token_ids": rows[i % len(rows)], "max_tokens": toks, "ignore_eos": True,
+                            "temperature": temp, "seed": i}) + "\n")
+PY
+run() {  # conc spec-json-or-empty -> "tok/s AL"
+  local args=()
+  [ -n "$2" ] && args=(--speculative-config "$2")
+  "$BIN" generate --model "$MODEL" --input "$TMP/req.jsonl" --output "$TMP/out.jsonl" --max-num-seqs "$1" \
+    --kv-cache-memory 0.5 "${args[@]}" 2>"$TMP/err" >/dev/null
+  local tps al
+  tps=$(sed -n 's/.* s: \([0-9.]*\) output tokens\/s.*/\1/p' "$TMP/err")
+  al=$(sed -n 's/.*acceptance length \([0-9.]*\);.*/\1/p' "$TMP/err")
+  cut=$(sed -n 's/.*; \([0-9]*\) drafts cut by the confidence head.*/\1/p' "$TMP/err")
+  [ -n "$cut" ] && al="$al/cut$cut"
+  echo "$tps ${al:--}"
+}
+printf "%-6s %-5s %-10s %-11s %-10s %-8s %-10s %-8s %s\n" round conc setting "none tok/s" "adaptive" "AL" \
+  "+variant" "AL/cut" "adaptive/none +var/none +var/adaptive"
+for round in $(seq 1 "$ROUNDS"); do
+  for conc in $CONCS; do
+    for lv in "$@"; do
+      label=${lv%%=*} frag=${lv#*=}
+      base="{\"method\":\"dspark\",\"num_speculative_tokens\":$K,\"draft_sample_method\":\"probabilistic\",$frag"
+      read -r none _ < <(run "$conc" "")
+      read -r adapt aal < <(run "$conc" "$base}")
+      read -r head hal < <(run "$conc" "$base$VARIANT}")
+      printf "%-6s %-5s %-10s %-11s %-10s %-8s %-10s %-8s %s\n" "$round" "$conc" "$label" "$none" "$adapt" "$aal" \
+        "$head" "$hal" "$(python3 -c "print(f'{$adapt/$none:.2f}          {$head/$none:.2f}       {$head/$adapt:.2f}')")"
+    done
+  done
+done
