@@ -42,11 +42,6 @@ struct SpeculativeConfig {
   // verification compares with that distribution, so output stays exact. Constrained requests keep the
   // full-vocabulary bias (their allowed tokens may all lie outside the k).
   int draft_topk = 0;
-  // m3serve's key "draft_activations": "fp32" (default, exact) or "bf16": the draft's MXFP8 / NVFP4
-  // layers round their activations to BF16 and multiply with BF16 dot products where the CPU has them
-  // (Linear::act_bf16). Only the draft's proposals move: verification compares the target with the
-  // distribution the drafts were drawn from, so the output's distribution (and greedy output) is unchanged.
-  std::string draft_activations = "fp32";
 
   // Parses the JSON text of --speculative-config; "" gives a disabled config. Throws m3::Error.
   static SpeculativeConfig parse(const std::string& json_text);

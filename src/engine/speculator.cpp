@@ -102,6 +102,14 @@ void Speculator::admit(std::vector<ScheduledChunk>& plan, const StepCostModel& c
   }
 }
 
+void Speculator::limit_unmeasured(std::vector<ScheduledChunk>& plan, int64_t rows) const {
+  int64_t left = std::max<int64_t>(cfg_.num_speculative_tokens, rows);
+  for (ScheduledChunk& c : plan) {
+    c.spec = std::min(c.spec, left);
+    left -= c.spec;
+  }
+}
+
 void Speculator::choose(std::vector<ScheduledChunk>& plan, const StepCostModel& cost) {
   conf_threshold_ = -1;
   probe_.assign(plan.size(), 0);
@@ -132,9 +140,13 @@ void Speculator::choose(std::vector<ScheduledChunk>& plan, const StepCostModel& 
       decode_shapes_ = 2;
     }
   }
-  if (draft_ms_ < 0) return;
+  // Until the costs are measured, the steps that measure them verify at most max(K, decode rows)
+  // drafts, in whole blocks for the first requests (deep positions measured too) and none for the
+  // rest: at concurrency 32 a step verifying every request's 7 drafts is 256 rows, about 20 plain
+  // steps on this CPU, and it took 2-3 of them before the step cost model could predict.
+  if (draft_ms_ < 0) return limit_unmeasured(plan, rows);
   const double base = cost.predict_ms(prefill, rows);
-  if (!(base > 0)) return;
+  if (!(base > 0)) return limit_unmeasured(plan, rows);
   if (rows > 0 && prefill == 0 && decode_shapes_ == 1) {  // the plain step of the comment above, once the model predicts
     for (ScheduledChunk& c : plan) c.spec = 0;
     if (rows != first_shape_) decode_shapes_ = 2;

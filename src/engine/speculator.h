@@ -49,6 +49,8 @@ class Speculator {
   // verifying, from the requests' measured acceptance, `cost` (the target step) and the draft pass's
   // measured cost. Until both costs are measured every draft is verified (which measures them).
   void choose(std::vector<ScheduledChunk>& plan, const StepCostModel& cost);
+  // A step before the costs are measured: verified drafts capped at max(K, decode rows) (choose()).
+  void limit_unmeasured(std::vector<ScheduledChunk>& plan, int64_t rows) const;
   // A request's first step: whether it speculates at all. When the all-requests acceptance and the
   // measured costs say its best speculation cannot pay for the draft's context, it starts `off`: no
   // draft context for its prompt or its tokens, and no draft pass. Every kExploreEvery-th request
