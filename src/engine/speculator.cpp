@@ -65,6 +65,9 @@ constexpr int64_t kProbeEvery = 32;
 constexpr int kIdleToStop = 16;
 // One request in this many speculates from its first step whatever the estimate says (admit()).
 constexpr int64_t kExploreEvery = 8;
+// admit() starts a request off when speculating's best marginal rate is below this fraction of the
+// plain rate.
+constexpr double kAdmitMargin = 0.85;
 }  // namespace
 
 void Speculator::observe_draft(double ms, int requests) {
@@ -81,20 +84,32 @@ void Speculator::admit(std::vector<ScheduledChunk>& plan, const StepCostModel& c
     if (a.admitted) continue;
     a.admitted = true;
     if (a.off || c.seq->constraint || admitted_++ % kExploreEvery == 0) continue;
-    // Until every cost is measured (and the step cost model has seen two decode shapes) it speculates.
-    if (draft_ms_ < 0 || ctx_ms_ < 0 || decode_shapes_ < 2) continue;
+    // Until every cost is measured (and the step cost model has seen two decode shapes) only the
+    // explorers speculate: they measure the costs. Otherwise a burst of requests admitted together (at
+    // concurrency 32 every request of a run) all wrote their prompts' draft context, the largest cost
+    // of speculation where it does not pay, before the first decision could tell.
+    if (draft_ms_ < 0 || ctx_ms_ < 0 || decode_shapes_ < 2) {
+      a.off = true;
+      c.spec = 0;
+      ++skipped_;
+      continue;
+    }
     // The decode step it will join: the rows decoding now and its own.
     const double base = cost.predict_ms(0, rows + 1);
     if (!(base > 0)) continue;
-    const SpecCosts sc{base, std::max(0.0, cost.predict_ms(0, rows + 2) - base), draft_ms_};
-    const SpecCandidate cand{&global_acc_, cfg_.num_speculative_tokens};
-    const int k = choose_drafts({cand}, double(rows + 1), sc)[0];
-    double g = 0, p = 1;
-    for (int i = 0; i < k; ++i) g += (p *= std::clamp(global_acc_.rate[size_t(i)], 0.0, 1.0));
-    // The test choose() ends speculation by: its expected gain against the draft context's cost.
+    const double row_ms = std::max(0.0, cost.predict_ms(0, rows + 2) - base);
+    // The best marginal rate speculating can reach (k drafts: G_k expected accepted tokens for k rows,
+    // a draft pass and the draft context of its 1 + G_k tokens) against the step's plain rate. It starts
+    // off only when that is clearly below (kAdmitMargin): one snapshot of measured costs decides here,
+    // and near the break-even their noise would flip requests off for good; there the per-request
+    // decisions (choose()) settle it over many steps.
     const double lambda = double(rows + 1) / base;
-    const double extra = k > 0 ? double(k) * sc.row_ms + sc.draft_ms : 0.0;
-    if (!(g - lambda * (extra + ctx_ms_ * g) > lambda * ctx_ms_)) {
+    double g = 0, p = 1, best = 0;
+    for (int k = 1; k <= cfg_.num_speculative_tokens; ++k) {
+      g += (p *= std::clamp(global_acc_.rate[size_t(k - 1)], 0.0, 1.0));
+      best = std::max(best, g / (double(k) * row_ms + draft_ms_ + ctx_ms_ * (1.0 + g)));
+    }
+    if (best < kAdmitMargin * lambda) {
       a.off = true;
       c.spec = 0;
       ++skipped_;

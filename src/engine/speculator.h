@@ -52,9 +52,10 @@ class Speculator {
   // A step before the costs are measured: verified drafts capped at max(K, decode rows) (choose()).
   void limit_unmeasured(std::vector<ScheduledChunk>& plan, int64_t rows) const;
   // A request's first step: whether it speculates at all. When the all-requests acceptance and the
-  // measured costs say its best speculation cannot pay for the draft's context, it starts `off`: no
-  // draft context for its prompt or its tokens, and no draft pass. Every kExploreEvery-th request
-  // speculates regardless, so the estimate keeps being measured (on a changing load or prompt mix).
+  // measured costs say its best speculation cannot pay for the draft's context, or the costs are not
+  // measured yet, it starts `off`: no draft context for its prompt or its tokens, and no draft pass.
+  // Every kExploreEvery-th request (the first one included) speculates regardless, so the costs and
+  // the estimate keep being measured (on a changing load or prompt mix).
   void admit(std::vector<ScheduledChunk>& plan, const StepCostModel& cost);
   // The draft pass of a step took `ms` for `requests` requests.
   void observe_draft(double ms, int requests);
