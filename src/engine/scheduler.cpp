@@ -173,14 +173,7 @@ int64_t Scheduler::prefill_allowance() const {
     rows += 1 + spec;
   }
   if (rows == 0 || !cost_->prefill_measured()) return unbounded;  // nobody waits, or nothing to size by
-  // The budget's reference step also carries a row for every queued request (up to --max-num-seqs),
-  // costed as one prefill token each (the fit's per-token cost is measured on whole prompts; its
-  // per-row cost beyond the rows seen so far is not). Sized by the rows decoding now, a burst of
-  // prompts arriving together (a few decode, the rest queue) gave a 2-row step a budget of a few tens
-  // of ms, and the queue went in minimum-size chunks, each step paying its fixed cost for 32 tokens.
-  const int64_t queued = std::clamp<int64_t>(int64_t(waiting_.size()), 0,
-                                             std::max<int64_t>(0, cfg_.max_num_seqs - int64_t(running_.size())));
-  const double base = cost_->predict_ms(queued, rows);
+  const double base = cost_->predict_ms(0, rows);
   if (base < 0) return unbounded;
   double budget = std::numeric_limits<double>::infinity();
   if (cfg_.step_latency_factor > 0) budget = cfg_.step_latency_factor * base;

@@ -76,24 +76,22 @@ TEST(SchedulerBudget, ChunkIsTheLargestWithinTheBudget) {
   Fixture f(config(4));
   f.decoding(4);
   f.add(1000);
-  // The reference step: the 4 decode rows and the queued request costed as a prefill token, 16 ms;
-  // budget 4 x 16 = 64 ms; 14 + 2 P <= 64 -> P = 25.
-  EXPECT_EQ(f.sched->prefill_allowance(), 25);
+  // Decode-only step of 4 rows: 14 ms; budget 4 x 14 = 56 ms; 14 + 2 P <= 56 -> P = 21.
+  EXPECT_EQ(f.sched->prefill_allowance(), 21);
   const auto plan = f.sched->schedule();
   ASSERT_EQ(plan.size(), 5u);
-  EXPECT_EQ(plan.back().n, 25);
+  EXPECT_EQ(plan.back().n, 21);
   EXPECT_FALSE(plan.back().sample);
   const auto [p, d] = Fixture::shape(plan);
   EXPECT_EQ(d, 4);
-  EXPECT_LE(f.cost.predict_ms(p, d), 4 * f.cost.predict_ms(1, d));
-  EXPECT_GT(f.cost.predict_ms(p + 1, d), 4 * f.cost.predict_ms(1, d));
-  // The unfinished prompt continues while the others keep decoding; nothing queues any more, so the
-  // reference is the decode-only step of 4 rows: 14 ms, 56 ms, 14 + 2 P <= 56 -> 21.
+  EXPECT_LE(f.cost.predict_ms(p, d), 4 * f.cost.predict_ms(0, d));
+  EXPECT_GT(f.cost.predict_ms(p + 1, d), 4 * f.cost.predict_ms(0, d));
+  // The unfinished prompt continues with the next allowance while the others keep decoding.
   f.sched->commit(plan);
   for (size_t i = 0; i < 4; ++i) plan[i].seq->output.push_back(7);
   const auto next = f.sched->schedule();
   ASSERT_EQ(next.size(), 5u);
-  EXPECT_EQ(next.back().start, 25);
+  EXPECT_EQ(next.back().start, 21);
   EXPECT_EQ(next.back().n, 21);
 }
 
@@ -104,12 +102,11 @@ TEST(SchedulerBudget, PromptsShareTheAllowanceInOrder) {
   f.add(1000);
   f.add(30);
   const auto plan = f.sched->schedule();
-  // Reference: 4 rows and 3 queued, 20 ms; 80 ms; 14 + 2 P <= 80 -> 33 tokens: all 15 of the first
-  // prompt, 18 of the second, none left to admit the third.
+  // 21 tokens: all 15 of the first prompt, 6 of the second, none left to admit the third.
   ASSERT_EQ(plan.size(), 6u);
   EXPECT_EQ(plan[4].n, 15);
   EXPECT_TRUE(plan[4].sample);
-  EXPECT_EQ(plan[5].n, 18);
+  EXPECT_EQ(plan[5].n, 6);
   EXPECT_EQ(f.sched->num_waiting(), 1u);
 }
 
@@ -150,7 +147,7 @@ TEST(SchedulerBudget, TokenBudgetFlagsStayUpperBounds) {
   }
   {
     auto c = config(4);
-    c.long_prefill_token_threshold = 10;  // below the time budget's 25: the threshold wins
+    c.long_prefill_token_threshold = 10;  // below the time budget's 21: the threshold wins
     Fixture f(c);
     f.decoding(4);
     f.add(1000);
@@ -160,16 +157,16 @@ TEST(SchedulerBudget, TokenBudgetFlagsStayUpperBounds) {
 
 TEST(SchedulerBudget, MillisecondCapAndFactorBothBound) {
   {
-    Fixture f(config(0, 40));  // 14 + 2 P <= 40 -> 13 (a cap in ms has no reference step)
+    Fixture f(config(0, 40));  // 14 + 2 P <= 40 -> 13
     f.decoding(4);
     f.add(1000);
     EXPECT_EQ(f.sched->schedule().back().n, 13);
   }
   {
-    Fixture f(config(4, 1000));  // the factor's 64 ms is the tighter bound
+    Fixture f(config(4, 1000));  // the factor's 56 ms is the tighter bound
     f.decoding(4);
     f.add(1000);
-    EXPECT_EQ(f.sched->schedule().back().n, 25);
+    EXPECT_EQ(f.sched->schedule().back().n, 21);
   }
 }
 
@@ -195,35 +192,11 @@ TEST(SchedulerBudget, SpeculativeRowsCountAsDecodeRows) {
   Fixture f(c);
   f.decoding(2);
   f.add(1000);
-  // 2 rows x (anchor + 3 drafts) = 8 rows and the queued request: 20 ms; 80 ms budget; 18 + 2 P <= 80
-  // -> 31.
+  // 2 rows x (anchor + 3 drafts) = 8 rows: 18 ms; 72 ms budget; 18 + 2 P <= 72 -> 27.
   const auto plan = f.sched->schedule();
   ASSERT_EQ(plan.size(), 3u);
   EXPECT_EQ(plan[0].spec, 3);
-  EXPECT_EQ(plan.back().n, 31);
-}
-
-// A burst: two requests decode and thirty prompts queue. The reference step carries the 30 queued rows
-// (as prefill tokens, 72 ms; budget 288 ms: 12 + 2 P <= 288 -> 138 tokens), not the 2-row step alone
-// (12 ms, 48 ms: 18 tokens, the queue crawling in small chunks); --max-num-seqs caps the queued rows.
-TEST(SchedulerBudget, QueuedRequestsCountInTheReferenceStep) {
-  {
-    Fixture f(config(4));
-    f.decoding(2);
-    for (int i = 0; i < 30; ++i) f.add(1000);
-    EXPECT_EQ(f.sched->prefill_allowance(), 138);
-    const auto [p, d] = Fixture::shape(f.sched->schedule());
-    EXPECT_EQ(d, 2);
-    EXPECT_EQ(p, 138);
-  }
-  {
-    auto c = config(4);
-    c.max_num_seqs = 8;  // 2 running: 6 of the queued count, 24 ms, 96 ms: 12 + 2 P <= 96 -> 42
-    Fixture f(c);
-    f.decoding(2);
-    for (int i = 0; i < 30; ++i) f.add(1000);
-    EXPECT_EQ(f.sched->prefill_allowance(), 42);
-  }
+  EXPECT_EQ(plan.back().n, 27);
 }
 
 TEST(FittedStepCost, RecoversALinearCostAndStaysNonNegative) {
