@@ -57,7 +57,9 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--model", required=True, help="make-model checkpoint directory (--layout m3-bf16)")
     ap.add_argument("--llama-cpp", required=True, help="llama.cpp checkout (its gguf-py is used)")
-    ap.add_argument("--out", required=True, help="output .gguf (BF16)")
+    ap.add_argument("--out", required=True, help="output .gguf")
+    ap.add_argument("--outtype", choices=["bf16", "f32"], default="bf16",
+                    help="type of the matrices (bf16, as the checkpoint; f32 for an exact-activation reference)")
     args = ap.parse_args()
 
     gguf_py = Path(args.llama_cpp) / "gguf-py"
@@ -103,7 +105,7 @@ def main():
     w.add_expert_gating_func(gguf.ExpertGatingFuncType.SIGMOID)
     w.add_key_length(int(tc["head_dim"]))
     w.add_value_length(int(tc["head_dim"]))
-    w.add_file_type(gguf.LlamaFileType.MOSTLY_BF16)
+    w.add_file_type(gguf.LlamaFileType.MOSTLY_BF16 if args.outtype == "bf16" else gguf.LlamaFileType.ALL_F32)
     # MiniMaxM2Model / MiniMaxM3Model.set_gguf_parameters
     w.add_expert_feed_forward_length(int(tc["intermediate_size"]))
     w.add_rope_dimension_count(int(tc["rotary_dim"]))
@@ -164,7 +166,7 @@ def main():
             arr = arr + np.float32(1.0)  # Gemma-style (1 + w), as MiniMaxM3Model.modify_tensors
         f32 = (arr.ndim <= 1 or new.endswith("_norm.weight") or ".indexer." in new
                or new.endswith("ffn_gate_inp.weight") or not new.endswith(".weight"))
-        if f32:
+        if f32 or args.outtype == "f32":
             data, qt = arr.astype(np.float32), gguf.GGMLQuantizationType.F32
         else:
             qt = gguf.GGMLQuantizationType.BF16
