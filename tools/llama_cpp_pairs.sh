@@ -2,7 +2,7 @@
 # Batch-1 decode of m3serve against llama.cpp on the same weights, in alternated pairs (issue 46,
 # docs/benchmarks.md 3.11). Each pair runs m3serve `generate` (greedy, --ignore-eos, TOKENS tokens after
 # a short prompt) and `llama-bench` tg (TOKENS tokens at a depth equal to m3serve's prompt length, one
-# repetition), with THREADS threads each; odd pairs start with m3serve, even pairs with llama.cpp, so a
+# repetition), with THREADS threads each (OMP_NUM_THREADS for m3serve, -t for llama-bench); odd pairs start with m3serve, even pairs with llama.cpp, so a
 # drift in the host's load falls on both alike. Prints both rates and the ratio per pair, the median
 # ratio, and each engine's spread (max/min). llama.cpp is a measurement peer: nothing here builds or
 # installs it, and no test depends on it.
@@ -63,7 +63,7 @@ run_m3() {  # $1 = pair; prints tokens/s
   local log=$WORK/m3.$1.err
   local pre=()
   [ ${#PERF_CMD[@]} -gt 0 ] && pre=("${PERF_CMD[@]}" "$WORK/m3.$1.perf")
-  env "${M3_ENVV[@]}" "${pre[@]}" "$M3" generate --model "$MODEL" --prompt "$PROMPT" --max-tokens "$TOKENS" --temperature 0 \
+  env OMP_NUM_THREADS="$THREADS" "${M3_ENVV[@]}" "${pre[@]}" "$M3" generate --model "$MODEL" --prompt "$PROMPT" --max-tokens "$TOKENS" --temperature 0 \
     --ignore-eos $M3_FLAGS >/dev/null 2>"$log" || { cat "$log" >&2; exit 1; }
   sed -n 's/.*decode \([0-9.]*\) tokens\/s.*/\1/p' "$log" | tail -1
 }
@@ -78,7 +78,7 @@ run_llama() {  # $1 = pair; prints tokens/s
 }
 
 echo "host: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) CPUs online; load average $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "m3serve: ${M3_ENV:+$M3_ENV }$M3 generate --model $MODEL --prompt <$DEPTH tokens> --max-tokens $TOKENS --temperature 0 --ignore-eos $M3_FLAGS"
+echo "m3serve: OMP_NUM_THREADS=$THREADS ${M3_ENV:+$M3_ENV }$M3 generate --model $MODEL --prompt <$DEPTH tokens> --max-tokens $TOKENS --temperature 0 --ignore-eos $M3_FLAGS"
 echo "llama.cpp: ${LLAMA_ENV:+$LLAMA_ENV }$BENCH -m $GGUF -p 0 -n $TOKENS -d $DEPTH -t $LLAMA_THREADS -r 1 $LLAMA_FLAGS"
 echo "logs: $WORK"
 printf '%-5s %-9s %12s %12s %7s %s\n' pair first m3serve llama.cpp ratio "load"
