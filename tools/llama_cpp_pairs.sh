@@ -18,7 +18,9 @@
 #   WORK (a directory for the raw logs; default a new one under /tmp), PERF=1 (each run under
 #   `perf stat -e task-clock,context-switches,cpu-migrations,page-faults`, lines added to the logs and
 #   to the table), M3_ENV / LLAMA_ENV ("VAR=VALUE ..." set for one engine only, e.g.
-#   LLAMA_ENV=OMP_WAIT_POLICY=passive), LLAMA_THREADS (llama-bench -t, default THREADS). Each engine keeps
+#   LLAMA_ENV=OMP_WAIT_POLICY=passive), LLAMA_THREADS (llama-bench -t, default THREADS), QUIET=PCT (before
+#   each pair, wait until the CPUs were at least PCT% idle over 3 s, at most QUIET_WAIT seconds, default
+#   1800: on a shared host, the pairs then run in the neighbours' pauses). Each engine keeps
 #   its own default thread wait policy; OMP_* / GOMP_* set in the environment apply to both.
 set -euo pipefail
 
@@ -59,6 +61,21 @@ perf_summary() {
 DEPTH=$(sed -n 's/.*prompt \([0-9]*\) tokens.*/\1/p' "$WORK/probe.err" | tail -1)
 [ -n "$DEPTH" ] || { echo "llama_cpp_pairs: could not read m3serve's prompt length" >&2; cat "$WORK/probe.err" >&2; exit 1; }
 
+# idle_pct: the CPUs' idle share over 3 s, from /proc/stat
+idle_pct() {
+  local a b
+  read -r -a a < /proc/stat; sleep 3; read -r -a b < /proc/stat
+  local t1=$((a[1]+a[2]+a[3]+a[4]+a[5]+a[6]+a[7]+a[8])) t2=$((b[1]+b[2]+b[3]+b[4]+b[5]+b[6]+b[7]+b[8]))
+  echo $(( 100 * ((b[4]+b[5]) - (a[4]+a[5])) / (t2 - t1) ))
+}
+wait_quiet() {
+  [ -n "${QUIET:-}" ] || return 0
+  local until=$(( $(date +%s) + ${QUIET_WAIT:-1800} ))
+  while [ "$(idle_pct)" -lt "$QUIET" ]; do
+    [ "$(date +%s)" -lt "$until" ] || { echo "llama_cpp_pairs: no ${QUIET}% idle moment within ${QUIET_WAIT:-1800} s" >&2; exit 1; }
+  done
+}
+
 run_m3() {  # $1 = pair; prints tokens/s
   local log=$WORK/m3.$1.err
   local pre=()
@@ -84,6 +101,7 @@ echo "logs: $WORK"
 printf '%-5s %-9s %12s %12s %7s %s\n' pair first m3serve llama.cpp ratio "load"
 M3R=() LLR=() RAT=()
 for ((i = 1; i <= PAIRS; ++i)); do
+  wait_quiet
   if ((i % 2)); then first=m3serve; a=$(run_m3 "$i"); b=$(run_llama "$i")
   else first=llama.cpp; b=$(run_llama "$i"); a=$(run_m3 "$i"); fi
   [ -n "$a" ] && [ -n "$b" ] || { echo "llama_cpp_pairs: pair $i gave no rate (logs in $WORK)" >&2; exit 1; }
