@@ -17,27 +17,9 @@ shift 2 || true
 ROUNDS=${ROUNDS:-2} K=${K:-7} N=${N:-16} TOKENS=${TOKENS:-128} TEMP=${TEMP:-0.7} CONCS=${CONCS:-"1 8"} EXTRA=${EXTRA:-}
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
-python3 - "$TMP/req.jsonl" "$TEMP" "$N" "$TOKENS" <<'PY'
-import json, sys
-out, temp, n, toks = sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-rows = [json.loads(l)["prompt"] for l in open("tests/data/demo/greedy.jsonl")]
-for l in open("tests/data/demo/heldout_tokens.txt"):
-    rows.append([int(x) for x in l.split()][:96])
-with open(out, "w") as f:
-    for i in range(n):
-        f.write(json.dumps({"prompt_token_ids": rows[i % len(rows)], "max_tokens": toks, "ignore_eos": True,
-                            "temperature": temp, "seed": i}) + "\n")
-PY
-run() {  # conc spec-json-or-empty -> "tok/s AL"
-  local args=()
-  [ -n "$2" ] && args=(--speculative-config "$2")
-  "$BIN" generate --model "$MODEL" --input "$TMP/req.jsonl" --output "$TMP/out.jsonl" --max-num-seqs "$1" \
-    --kv-cache-memory 0.5 "${args[@]}" 2>"$TMP/err" >/dev/null
-  local tps al
-  tps=$(sed -n 's/.* s: \([0-9.]*\) output tokens\/s.*/\1/p' "$TMP/err")
-  al=$(sed -n 's/.*acceptance length \([0-9.]*\);.*/\1/p' "$TMP/err")
-  echo "$tps ${al:--}"
-}
+. "$(dirname "$0")/lib/spec_generate.sh"
+spec_requests "$TMP/req.jsonl" "$TEMP" "$N" "$TOKENS"
+run() { spec_run "$@"; }  # conc spec-json-or-empty -> "tok/s AL"
 printf "%-6s %-5s %-10s %-11s %-8s %-11s %-8s %-11s %s\n" round conc setting "none tok/s" "fixed" "fixed AL" \
   "adaptive" "adapt. AL" "fixed/none adaptive/none adaptive/fixed"
 for round in $(seq 1 "$ROUNDS"); do

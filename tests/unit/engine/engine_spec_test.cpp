@@ -81,6 +81,25 @@ std::vector<std::vector<int32_t>> demo_prompts() {
   return out;
 }
 
+// The first 6 demo prompts, greedy, 48 tokens each, through an engine of config `c` (with the step cost
+// model `cost` when given); its stats in *st.
+std::map<std::string, m3test::Finished> run_six_greedy(const EngineConfig& c, m3::StepCostModel* cost,
+                                                       m3::EngineStats* st) {
+  const auto prompts = demo_prompts();
+  Engine e(demo(), &demo_tok(), c);
+  if (cost) e.set_step_cost_model(cost);
+  for (int i = 0; i < 6; ++i) {
+    SamplingParams p;
+    p.temperature = 0;
+    p.max_tokens = 48;
+    p.ignore_eos = true;
+    e.add_request("g" + std::to_string(i), prompts[size_t(i)], p);
+  }
+  auto out = m3test::drain(e);
+  *st = e.stats();
+  return out;
+}
+
 // 16 mixed greedy requests: different prompts, lengths, max_tokens, penalties, stop tokens.
 std::map<std::string, m3test::Finished> run_mixed(const EngineConfig& cfg, int n = 16, bool abort_some = false,
                                                   m3::EngineStats* stats = nullptr, int extra_tokens = 0) {
@@ -542,23 +561,11 @@ TEST(SpecEngine, DraftTopkMarkovMatchesTheFullBiasOnItsCandidates) {
 // must beat is about 1%, which the head's products fall below within a few drafts).
 TEST(SpecEngine, AdaptiveVerificationNeverChangesGreedyOutput) {
   DearRows cost;
-  const auto prompts = demo_prompts();
   auto run = [&](int mode, m3::EngineStats* st) {
     EngineConfig c = spec_config(7, "block");
     c.spec.adaptive_verification = mode == 2;
     if (mode == 0) c.spec = m3::SpeculativeConfig{};
-    Engine e(demo(), &demo_tok(), c);
-    if (mode > 0) e.set_step_cost_model(&cost);
-    for (int i = 0; i < 6; ++i) {
-      SamplingParams p;
-      p.temperature = 0;
-      p.max_tokens = 48;
-      p.ignore_eos = true;
-      e.add_request("g" + std::to_string(i), prompts[size_t(i)], p);
-    }
-    auto out = m3test::drain(e);
-    *st = e.stats();
-    return out;
+    return run_six_greedy(c, mode > 0 ? &cost : nullptr, st);
   };
   m3::EngineStats st_plain, st_adaptive, st_conf;
   const auto plain = run(0, &st_plain), adaptive = run(1, &st_adaptive), conf = run(2, &st_conf);
@@ -599,24 +606,12 @@ TEST(SpecEngine, Bf16DraftActivationsKeepGreedyOutput) {
 
 TEST(SpecEngine, AdaptiveDraftCountNeverChangesGreedyOutput) {
   DearRows cost;
-  const auto prompts = demo_prompts();
   // The same 6 greedy requests without speculation, with 7 drafts verified every step, and adaptive.
   auto run = [&](int mode, m3::EngineStats* st) {
     EngineConfig c = spec_config(7, "block");
     c.spec.adaptive = mode == 2;
     if (mode == 0) c.spec = m3::SpeculativeConfig{};
-    Engine e(demo(), &demo_tok(), c);
-    if (mode == 2) e.set_step_cost_model(&cost);
-    for (int i = 0; i < 6; ++i) {
-      SamplingParams p;
-      p.temperature = 0;
-      p.max_tokens = 48;
-      p.ignore_eos = true;
-      e.add_request("g" + std::to_string(i), prompts[size_t(i)], p);
-    }
-    auto out = m3test::drain(e);
-    *st = e.stats();
-    return out;
+    return run_six_greedy(c, mode == 2 ? &cost : nullptr, st);
   };
   m3::EngineStats st_plain, st_fixed, st_adaptive;
   const auto plain = run(0, &st_plain), fixed = run(1, &st_fixed), adaptive = run(2, &st_adaptive);
