@@ -23,22 +23,7 @@ MODEL=$(cd "$(dirname "$0")/../.." && pwd)/models/demo
 PY="python3 $(dirname "$0")/lib/pd_client.py"
 rm -rf "$TMP"
 mkdir -p "$TMP"
-export UCX_TLS=tcp  # loopback TCP: what every host has (RDMA and shared memory where UCX finds them otherwise)
-fail() { echo "FAIL: $*" >&2; for f in "$TMP"/*.log; do echo "--- $f" >&2; tail -5 "$f" >&2; done; exit 1; }
-. "$(dirname "$0")/lib/server_port.sh"
-PIDS=()
-cleanup() { for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done; }
-trap cleanup EXIT
-# start NAME [flags]: sets URL_NAME and PID_NAME
-start() {
-  local name=$1
-  shift
-  "$BIN" serve "$MODEL" --host 127.0.0.1 --port 0 --kv-cache-memory 0.05 "$@" >"$TMP/$name.log" 2>&1 &
-  PIDS+=($!)
-  eval "PID_$name=$!"
-  wait_server_health "$TMP/$name.log" $!
-  eval "URL_$name=$U"
-}
+. "$(dirname "$0")/lib/pd_servers.sh"
 # dead PID: the process has exited (gone, or a zombie not yet waited for); bounded poll.
 wait_dead() {
   for _ in $(seq 1 100); do
@@ -49,7 +34,6 @@ wait_dead() {
   done
   return 1
 }
-nixl() { echo "{\"kv_connector\": \"NixlConnector\", \"kv_role\": \"$1\", \"kv_port\": 0${2:-}}"; }
 start ref
 start P --kv-transfer-config "$(nixl kv_producer)"
 start D --kv-transfer-config "$(nixl kv_consumer)"

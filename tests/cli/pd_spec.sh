@@ -17,21 +17,7 @@ MODEL=$(cd "$(dirname "$0")/../.." && pwd)/models/demo
 PY="python3 $(dirname "$0")/lib/pd_client.py"
 rm -rf "$TMP"
 mkdir -p "$TMP"
-export UCX_TLS=tcp
-fail() { echo "FAIL: $*" >&2; for f in "$TMP"/*.log; do echo "--- $f" >&2; tail -5 "$f" >&2; done; exit 1; }
-. "$(dirname "$0")/lib/server_port.sh"
-PIDS=()
-cleanup() { for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done; }
-trap cleanup EXIT
-start() {
-  local name=$1
-  shift
-  "$BIN" serve "$MODEL" --host 127.0.0.1 --port 0 --kv-cache-memory 0.05 "$@" >"$TMP/$name.log" 2>&1 &
-  PIDS+=($!)
-  wait_server_health "$TMP/$name.log" $!
-  eval "URL_$name=$U"
-}
-nixl() { echo "{\"kv_connector\": \"NixlConnector\", \"kv_role\": \"$1\", \"kv_port\": 0}"; }
+. "$(dirname "$0")/lib/pd_servers.sh"
 # Every draft verified (adaptive speculation off), so that drafting does not hang on this minute's timings.
 SPEC='{"method":"dspark","num_speculative_tokens":4,"adaptive_num_speculative_tokens":false}'
 start ref

@@ -16,14 +16,11 @@ DATA=$2
 TMP=$3
 rm -rf "$TMP"
 mkdir -p "$TMP/media"
-export UCX_TLS=tcp
-fail() { echo "FAIL: $*" >&2; for f in "$TMP"/*.log; do echo "--- $f" >&2; tail -5 "$f" >&2; done; exit 1; }
-. "$(dirname "$0")/lib/server_port.sh"
+MODEL=$TMP/model
+SERVE_FLAGS="--max-model-len 4000"
+. "$(dirname "$0")/lib/pd_servers.sh"
 PY=/usr/bin/python3
 $PY -c "import PIL" 2>/dev/null || { echo "FAIL: /usr/bin/python3 has no Pillow (make deps installs python3-pil and python3-torch)" >&2; exit 1; }
-PIDS=()
-cleanup() { for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done; }
-trap cleanup EXIT
 
 "$BIN" make-model --layout m31 --preset tiny --seed 3 --out "$TMP/model" 2>/dev/null
 cp "$DATA/chat/MiniMax-M3.jinja" "$TMP/model/chat_template.jinja"
@@ -36,16 +33,6 @@ for seed, name in ((1, "a"), (2, "b")):
     Image.frombytes("RGB", (448, 448), bytes(r.randrange(256) for _ in range(448 * 448 * 3))).save(f"{d}/{name}.png")
 PYEOF
 
-start() {  # start NAME [flags]: sets URL_NAME
-  local name=$1
-  shift
-  "$BIN" serve "$TMP/model" --host 127.0.0.1 --port 0 --max-model-len 4000 --kv-cache-memory 0.05 "$@" \
-    >"$TMP/$name.log" 2>&1 &
-  PIDS+=($!)
-  wait_server_health "$TMP/$name.log" $!
-  eval "URL_$name=$U"
-}
-nixl() { echo "{\"kv_connector\": \"NixlConnector\", \"kv_role\": \"$1\", \"kv_port\": 0}"; }
 start ref
 start P --kv-transfer-config "$(nixl kv_producer)"
 start D --kv-transfer-config "$(nixl kv_consumer)"
