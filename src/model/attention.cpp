@@ -7,8 +7,6 @@
 // for every query token was a large share of prefill time).
 #include "model/attention.h"
 
-#include <omp.h>
-
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -18,6 +16,7 @@
 #include "base/aligned_vector.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/dispatch.h"
+#include "kernels/cpu/worker_pool.h"
 #include "model/msa_select.h"
 
 namespace m3 {
@@ -49,6 +48,12 @@ struct Scratch {
   std::vector<DecodedBlock> decoded;
   uint64_t tick = 0;
 };
+
+// This thread's scratch (a worker's own when called from inside a pool job).
+Scratch& thread_scratch() {
+  thread_local Scratch s;
+  return s;
+}
 
 std::atomic<uint64_t> g_attention_epoch{0};
 
@@ -246,78 +251,93 @@ void attention_batch(const ModelConfig& cfg, int layer, const AttnSeq* seqs, int
   int64_t attended = 0;  // cached positions the step's tokens see, all heads (before block selection)
   for (int i = 0; i < nseq; ++i) attended += seqs[i].T * (seqs[i].start + seqs[i].T) * cfg.n_heads;
   const bool split = (work > 1 || scan_work > 1) && (scan_work > 0 || attended * D * 2 > kAttentionSplitMacs);
-#pragma omp parallel if (split)
-  {
-    thread_local Scratch s;
-    // Every thread sees the same scan_work: skipping the empty scan (all blocks visible) skips its barrier.
-    if (scan_work > 0)
-#pragma omp for schedule(dynamic, scan_chunk)
-    for (int64_t w = 0; w < scan_work; ++w) {
-      const size_t ti = size_t(std::upper_bound(tile_first.begin(), tile_first.end(), w) - tile_first.begin()) - 1;
-      const int64_t c = w - tile_first[ti];
-      const AttnSeq& sq = seqs[int(scan_rows[size_t(tile_start[ti])] >> 40)];
-      const KVView& kv = *sq.kv;
-      const int chunk = kv.chunk();
-      // Index scores: raw fp32 dot products of each group's index query with every index key <= pos,
-      // max-pooled per block (= page). Tokens that see all of block c scan it together.
-      const int64_t lo = c * chunk;
-      const float* full_q[kScanTile];
-      float* full_m[kScanTile];
-      int nfull = 0;
-      for (int64_t r = tile_start[ti]; r < tile_start[ti + 1]; ++r) {
-        const int64_t row = scan_rows[size_t(r)] & kRowMask, pos = sq.start + (row - sq.row0);
-        if (pos / chunk < c) continue;  // block c is not visible to this token
-        const int64_t n = std::min<int64_t>(pos, lo + chunk - 1) - lo + 1;
-        const float* iqr = iq + row * int64_t(cfg.index_heads) * ID;
-        float* m = scores.data() + score_off[row] + c * G;
-        for (int g = 0; g < G; ++g) m[g] = kNegInf;
-        if (n == chunk) {
-          full_q[nfull] = iqr, full_m[nfull++] = m;
-        } else {
-          index_scan_block(kv, layer, lo, n, iqr, ID, G, m);
-        }
-      }
-      index_scan_tokens(kv, layer, lo, chunk, nfull, full_q, ID, G, full_m);
-    }
-#pragma omp for schedule(dynamic, 1)
-    for (int64_t w = 0; w < work; ++w) {
-      const int si = int(std::upper_bound(first_item.begin(), first_item.end(), w) - first_item.begin()) - 1;
-      const AttnSeq& sq = seqs[si];
-      const int64_t local = w - first_item[si];
-      // Group-major: a thread walks the tokens of one group, whose blocks it can reuse.
-      const int64_t t = local % sq.T;
-      const int g = int(local / sq.T);
-      const int64_t row = sq.row0 + t, pos = sq.start + t;
-      const KVView& kv = *sq.kv;
-      const int chunk = kv.chunk();
-      const int64_t nvis = pos / chunk + 1;
-      s.chosen.resize(size_t(std::max<int64_t>(nvis, mp.topk)));
-      int nsel;
-      if (!sparse || msa_all_visible(pos, mp)) {
-        for (int64_t c = 0; c < nvis; ++c) s.chosen[c] = int32_t(c);
-        nsel = int(nvis);
+  // Index scan items, in chunks of scan_chunk items.
+  auto scan_item = [&](int64_t w) {
+    const size_t ti = size_t(std::upper_bound(tile_first.begin(), tile_first.end(), w) - tile_first.begin()) - 1;
+    const int64_t c = w - tile_first[ti];
+    const AttnSeq& sq = seqs[int(scan_rows[size_t(tile_start[ti])] >> 40)];
+    const KVView& kv = *sq.kv;
+    const int chunk = kv.chunk();
+    // Index scores: raw fp32 dot products of each group's index query with every index key <= pos,
+    // max-pooled per block (= page). Tokens that see all of block c scan it together.
+    const int64_t lo = c * chunk;
+    const float* full_q[kScanTile];
+    float* full_m[kScanTile];
+    int nfull = 0;
+    for (int64_t r = tile_start[ti]; r < tile_start[ti + 1]; ++r) {
+      const int64_t row = scan_rows[size_t(r)] & kRowMask, pos = sq.start + (row - sq.row0);
+      if (pos / chunk < c) continue;  // block c is not visible to this token
+      const int64_t n = std::min<int64_t>(pos, lo + chunk - 1) - lo + 1;
+      const float* iqr = iq + row * int64_t(cfg.index_heads) * ID;
+      float* m = scores.data() + score_off[row] + c * G;
+      for (int g = 0; g < G; ++g) m[g] = kNegInf;
+      if (n == chunk) {
+        full_q[nfull] = iqr, full_m[nfull++] = m;
       } else {
-        if (s.blk_scores.size() < size_t(nvis)) s.blk_scores.resize(size_t(nvis));
-        const float* sc = scores.data() + score_off[row];
-        for (int64_t c = 0; c < nvis; ++c) s.blk_scores[c] = sc[c * G + g];
-        nsel = msa_select_blocks(pos, s.blk_scores.data(), mp, s.chosen.data(), s.cand);
-      }
-      const float* qg = q + row * qw + int64_t(g) * HpG * D;
-      float* og = out + row * qw + int64_t(g) * HpG * D;
-      if (sparse && path == AttentionPath::DenseMaskOracle) {
-        s.mask.assign(size_t(nvis), 0);
-        for (int i = 0; i < nsel; ++i) s.mask[s.chosen[i]] = 1;
-        attend_masked(ops, kv, layer, g, D, HpG, qg, D, scale, pos, chunk, s.mask, s, og, D);
-      } else {
-        attend_blocks(kv, layer, g, D, HpG, qg, D, scale, pos, chunk, s.chosen.data(), nsel, s, og, D, sq.T > 1,
-                      epoch);
+        index_scan_block(kv, layer, lo, n, iqr, ID, G, m);
       }
     }
+    index_scan_tokens(kv, layer, lo, chunk, nfull, full_q, ID, G, full_m);
+  };
+  // Attention items: one (token, group) each.
+  auto attend_item = [&](int64_t w, Scratch& s) {
+    const int si = int(std::upper_bound(first_item.begin(), first_item.end(), w) - first_item.begin()) - 1;
+    const AttnSeq& sq = seqs[si];
+    const int64_t local = w - first_item[si];
+    // Group-major: a thread walks the tokens of one group, whose blocks it can reuse.
+    const int64_t t = local % sq.T;
+    const int g = int(local / sq.T);
+    const int64_t row = sq.row0 + t, pos = sq.start + t;
+    const KVView& kv = *sq.kv;
+    const int chunk = kv.chunk();
+    const int64_t nvis = pos / chunk + 1;
+    s.chosen.resize(size_t(std::max<int64_t>(nvis, mp.topk)));
+    int nsel;
+    if (!sparse || msa_all_visible(pos, mp)) {
+      for (int64_t c = 0; c < nvis; ++c) s.chosen[c] = int32_t(c);
+      nsel = int(nvis);
+    } else {
+      if (s.blk_scores.size() < size_t(nvis)) s.blk_scores.resize(size_t(nvis));
+      const float* sc = scores.data() + score_off[row];
+      for (int64_t c = 0; c < nvis; ++c) s.blk_scores[c] = sc[c * G + g];
+      nsel = msa_select_blocks(pos, s.blk_scores.data(), mp, s.chosen.data(), s.cand);
+    }
+    const float* qg = q + row * qw + int64_t(g) * HpG * D;
+    float* og = out + row * qw + int64_t(g) * HpG * D;
+    if (sparse && path == AttentionPath::DenseMaskOracle) {
+      s.mask.assign(size_t(nvis), 0);
+      for (int i = 0; i < nsel; ++i) s.mask[s.chosen[i]] = 1;
+      attend_masked(ops, kv, layer, g, D, HpG, qg, D, scale, pos, chunk, s.mask, s, og, D);
+    } else {
+      attend_blocks(kv, layer, g, D, HpG, qg, D, scale, pos, chunk, s.chosen.data(), nsel, s, og, D, sq.T > 1,
+                    epoch);
+    }
+  };
+  if (!split) {
+    Scratch& s = thread_scratch();
+    for (int64_t w = 0; w < scan_work; ++w) scan_item(w);
+    for (int64_t w = 0; w < work; ++w) attend_item(w, s);
+    return;
   }
+  // Shared over the worker pool, items claimed from a counter (the caller alone finishes any of them a
+  // worker did not take); the scan completes before attention reads its scores.
+  const int nthreads = WorkerPool::threads();
+  if (scan_work > 0) {
+    std::atomic<int64_t> next{0};
+    WorkerPool::run(nthreads, [&](int) {
+      for (int64_t w0; (w0 = next.fetch_add(scan_chunk, std::memory_order_relaxed)) < scan_work;)
+        for (int64_t w = w0; w < std::min(w0 + scan_chunk, scan_work); ++w) scan_item(w);
+    });
+  }
+  std::atomic<int64_t> next{0};
+  WorkerPool::run(nthreads, [&](int) {
+    Scratch& s = thread_scratch();
+    for (int64_t w; (w = next.fetch_add(1, std::memory_order_relaxed)) < work;) attend_item(w, s);
+  });
 }
 
 int64_t index_scan_chunk(int64_t items) {
-  return std::clamp<int64_t>(items / (4 * int64_t(omp_get_max_threads())), 1, 8);
+  return std::clamp<int64_t>(items / (4 * int64_t(WorkerPool::threads())), 1, 8);
 }
 
 void index_scan_block(const KVView& kv, int layer, int64_t lo, int64_t n, const float* iq, int ID, int G, float* m) {

@@ -2,9 +2,8 @@
 // See dspark.h and docs/serving.md section 1.3 for the math.
 #include "model/dspark.h"
 
-#include <omp.h>
-
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -14,6 +13,7 @@
 #include "base/error.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/elementwise.h"
+#include "kernels/cpu/worker_pool.h"
 #include "model/json_reader.h"
 #include "model/model.h"
 #include "model/tensor_loader.h"
@@ -321,13 +321,17 @@ void DSparkDraft::propose(const DraftQuery* queries, int nq, const int* nslots, 
     }
     // Attention: windowed context (from the KVView) + all S block slots, non-causal.
     const int work = nq * cfg_.n_kv_heads;
-#pragma omp parallel if (work > 1)
-    {
-      const int chunk = queries[0].kv ? queries[0].kv->chunk() : 128;
-      std::vector<float> kbuf(size_t(chunk) * D), vbuf(size_t(chunk) * D), acc(size_t(S) * G * D);
-      std::vector<SoftmaxRow> st(size_t(S) * G);
-#pragma omp for schedule(dynamic, 1)
-      for (int w = 0; w < work; ++w) {
+    const int chunk = queries[0].kv ? queries[0].kv->chunk() : 128;
+    // (group, query) items claimed from a counter over the worker pool; each participant's buffers are
+    // its thread's own, grown only.
+    std::atomic<int> next{0};
+    WorkerPool::run(work > 1 ? WorkerPool::threads() : 1, [&](int) {
+      thread_local std::vector<float> kbuf, vbuf, acc;
+      thread_local std::vector<SoftmaxRow> st;
+      if (kbuf.size() < size_t(chunk) * D) kbuf.resize(size_t(chunk) * D), vbuf.resize(size_t(chunk) * D);
+      if (acc.size() < size_t(S) * G * D) acc.resize(size_t(S) * G * D);
+      if (st.size() < size_t(S) * G) st.resize(size_t(S) * G);
+      for (int w; (w = next.fetch_add(1, std::memory_order_relaxed)) < work;) {
         const int qi = w / cfg_.n_kv_heads, g = w % cfg_.n_kv_heads;
         const DraftQuery& Q = queries[qi];
         const int64_t base = int64_t(qi) * S;
@@ -365,7 +369,7 @@ void DSparkDraft::propose(const DraftQuery* queries, int nq, const int* nslots, 
             for (int d = 0; d < D; ++d) o[d] = s.acc[d] / s.l;
           }
       }
-    }
+    });
     linear_forward(L.o, att_.data(), rows, tmp_.data());
     for (int64_t i = 0; i < rows * H; ++i) x_[size_t(i)] += tmp_[size_t(i)];
     for (int64_t t = 0; t < rows; ++t) rms_norm(&x_[size_t(t * H)], L.post_attn_norm.data(), H, cfg_.rms_eps, &a_[size_t(t * H)]);

@@ -9,9 +9,17 @@
 #include "base/error.h"
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/linear.h"
+#include "kernels/cpu/worker_pool.h"
 #include "model/moe.h"
 
 namespace m3 {
+
+namespace {
+// Indices per claimed chunk of the per-token loops (WorkerPool::parallel_for): a few microseconds of
+// work each, so a decode step of a few sequences runs them on the calling thread and a prefill chunk
+// shares them. Norm rows go in groups of 4 (rms_norm_rows), so their grain is a multiple of 4.
+constexpr int64_t kNormRowsGrain = 16, kHeadRowsGrain = 8, kAddGrain = 65536;
+}  // namespace
 
 Model::Model(const std::string& dir, const ModelOptions& opt) : cfg_(ModelConfig::from_dir(dir, opt.config_overrides)) {
   if (opt.nvfp4_int8_activations && opt.nvfp4_bf16_activations)
@@ -123,30 +131,32 @@ void Model::forward_batch(const BatchItem* items, int nitems, float* logits, Att
     // Attention block: projections over all rows, per-head norm + RoPE, cache append. The per-token
     // loops run on all threads when the step has several tokens (each token's arithmetic is the same
     // either way; speed: serial loops left the other threads idle during a prefill).
-#pragma omp parallel for schedule(static) if (T > 4)
-    for (int64_t t = 0; t < T; t += 4)
-      rms_norm_rows(x + t * H, H, L.input_norm.data(), H, std::min<int64_t>(4, T - t), c.rms_eps, a + t * H, H);
+    WorkerPool::parallel_for(T, kNormRowsGrain, [&](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; t += 4)
+        rms_norm_rows(x + t * H, H, L.input_norm.data(), H, std::min<int64_t>(4, t1 - t), c.rms_eps, a + t * H, H);
+    });
     // The projections that read the same normed input share one parallel region.
     const int64_t ID = c.index_dim, IW = int64_t(c.index_heads) * ID;
     const LinearJob proj[5] = {{&L.attn.q, a, T, q}, {&L.attn.k, a, T, k}, {&L.attn.v, a, T, v},
                                {&L.attn.index_q, a, T, iq_.data()}, {&L.attn.index_k, a, T, ik_.data()}};
     linear_forward_many(proj, sparse ? 5 : 3);
-#pragma omp parallel for schedule(static) if (T > 1)
-    for (int64_t t = 0; t < T; ++t) {
-      const float *cs = &rope_cos_[t * half], *sn = &rope_sin_[t * half];
-      rms_norm_rows(q + t * QW, D, L.attn.q_norm.data(), D, c.n_heads, c.rms_eps, q + t * QW, D);
-      for (int h = 0; h < c.n_heads; ++h) rope_apply(q + t * QW + h * D, c.rotary_dim, cs, sn);
-      rms_norm_rows(k + t * KW, D, L.attn.k_norm.data(), D, c.n_kv_heads, c.rms_eps, k + t * KW, D);
-      for (int g = 0; g < c.n_kv_heads; ++g) rope_apply(k + t * KW + g * D, c.rotary_dim, cs, sn);
-      if (sparse) {
-        float* iqt = iq_.data() + t * IW;
-        rms_norm_rows(iqt, ID, L.attn.index_q_norm.data(), ID, c.index_heads, c.rms_eps, iqt, ID);
-        for (int g = 0; g < c.index_heads; ++g) rope_apply(iqt + g * ID, c.rotary_dim, cs, sn);
-        float* ikt = ik_.data() + t * ID;
-        rms_norm(ikt, L.attn.index_k_norm.data(), ID, c.rms_eps, ikt);
-        rope_apply(ikt, c.rotary_dim, cs, sn);
+    WorkerPool::parallel_for(T, kHeadRowsGrain, [&](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; ++t) {
+        const float *cs = &rope_cos_[t * half], *sn = &rope_sin_[t * half];
+        rms_norm_rows(q + t * QW, D, L.attn.q_norm.data(), D, c.n_heads, c.rms_eps, q + t * QW, D);
+        for (int h = 0; h < c.n_heads; ++h) rope_apply(q + t * QW + h * D, c.rotary_dim, cs, sn);
+        rms_norm_rows(k + t * KW, D, L.attn.k_norm.data(), D, c.n_kv_heads, c.rms_eps, k + t * KW, D);
+        for (int g = 0; g < c.n_kv_heads; ++g) rope_apply(k + t * KW + g * D, c.rotary_dim, cs, sn);
+        if (sparse) {
+          float* iqt = iq_.data() + t * IW;
+          rms_norm_rows(iqt, ID, L.attn.index_q_norm.data(), ID, c.index_heads, c.rms_eps, iqt, ID);
+          for (int g = 0; g < c.index_heads; ++g) rope_apply(iqt + g * ID, c.rotary_dim, cs, sn);
+          float* ikt = ik_.data() + t * ID;
+          rms_norm(ikt, L.attn.index_k_norm.data(), ID, c.rms_eps, ikt);
+          rope_apply(ikt, c.rotary_dim, cs, sn);
+        }
       }
-    }
+    });
     // Cache appends stay serial (a KVView is not required to take concurrent stores).
     for (int64_t t = 0; t < T; ++t)
       items[item_of_[t]].kv->store(l, pos_[t], k + t * KW, v + t * KW, sparse ? ik_.data() + t * ID : nullptr);
@@ -154,17 +164,19 @@ void Model::forward_batch(const BatchItem* items, int nitems, float* logits, Att
     linear_forward(L.attn.o, att_.data(), T, tmp_.data());
     const float* tmp = tmp_.data();  // the attention output, then the FFN's
     // Residual add and FFN norm, per token.
-#pragma omp parallel for schedule(static) if (T > 4)
-    for (int64_t t = 0; t < T; t += 4) {
-      const int64_t n = std::min<int64_t>(4, T - t);
-      for (int64_t i = t * H; i < (t + n) * H; ++i) x[i] += tmp[i];
-      rms_norm_rows(x + t * H, H, L.post_attn_norm.data(), H, n, c.rms_eps, a + t * H, H);
-    }
+    WorkerPool::parallel_for(T, kNormRowsGrain, [&](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; t += 4) {
+        const int64_t n = std::min<int64_t>(4, t1 - t);
+        for (int64_t i = t * H; i < (t + n) * H; ++i) x[i] += tmp[i];
+        rms_norm_rows(x + t * H, H, L.post_attn_norm.data(), H, n, c.rms_eps, a + t * H, H);
+      }
+    });
 
     // FFN block.
     ffn_forward(c, L, c.moe_layer[l], a, T, tmp_.data());
-#pragma omp parallel for schedule(static) if (T > 1)
-    for (int64_t i = 0; i < T * H; ++i) x[i] += tmp[i];
+    WorkerPool::parallel_for(T * H, kAddGrain, [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) x[i] += tmp[i];
+    });
     if (taps) {
       const int64_t TW = int64_t(tap_layers_.size()) * H;
       for (size_t i = 0; i < tap_layers_.size(); ++i)

@@ -9,10 +9,16 @@
 #include "base/aligned_vector.h"
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/linear.h"
+#include "kernels/cpu/worker_pool.h"
 
 namespace m3 {
 
 namespace {
+
+// Indices per claimed chunk of the per-token loops (WorkerPool::parallel_for): a few microseconds of
+// work each, so a decode step of a few sequences runs them on the calling thread. The row copies into
+// the experts' inputs shared when a prefill chunk copies megabytes.
+constexpr int64_t kTokensGrain = 16, kCopyRowsGrain = 256, kCombineGrain = 8;
 
 // y[T, H] = down(SwiGLU_OAI(gate(x), up(x))); gate and up share one parallel region; buffers
 // reused across calls.
@@ -43,29 +49,34 @@ void moe_route(const ModelConfig& cfg, const LayerWeights& L, const float* m, in
   thread_local std::vector<float> logits;
   logits.resize(size_t(T * E));
   float* z = logits.data();
-#pragma omp parallel for schedule(static) if (T * E >= 16 && T * E * H >= kRouterSplitMacs)
-  for (int64_t i = 0; i < T * E; ++i) z[i] = ops.dot(m + (i / E) * H, L.router.data() + (i % E) * H, H);
-#pragma omp parallel for schedule(static) if (T > 1)
-  for (int64_t t = 0; t < T; ++t) {
-    thread_local std::vector<float> s, biased;
-    thread_local std::vector<int> idx;
-    s.resize(E);
-    biased.resize(E);
-    idx.resize(E);
-    for (int e = 0; e < E; ++e) {
-      s[e] = sigmoidf(z[t * E + e]);
-      biased[e] = s[e] + L.router_bias[e];
+  const int64_t dots = T * E;
+  WorkerPool::parallel_for(dots, dots * H >= kRouterSplitMacs ? std::max<int64_t>(8, kRouterSplitMacs / 4 / H) : dots,
+                           [&](int64_t i0, int64_t i1) {
+                             for (int64_t i = i0; i < i1; ++i)
+                               z[i] = ops.dot(m + (i / E) * H, L.router.data() + (i % E) * H, H);
+                           });
+  WorkerPool::parallel_for(T, kTokensGrain, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      thread_local std::vector<float> s, biased;
+      thread_local std::vector<int> idx;
+      s.resize(E);
+      biased.resize(E);
+      idx.resize(E);
+      for (int e = 0; e < E; ++e) {
+        s[e] = sigmoidf(z[t * E + e]);
+        biased[e] = s[e] + L.router_bias[e];
+      }
+      std::iota(idx.begin(), idx.end(), 0);
+      std::partial_sort(idx.begin(), idx.begin() + K, idx.end(),
+                        [&](int a, int b) { return biased[a] > biased[b] || (biased[a] == biased[b] && a < b); });
+      float sum = 0.f;
+      for (int i = 0; i < K; ++i) sum += s[idx[i]];
+      for (int i = 0; i < K; ++i) {
+        out.experts[t * K + i] = idx[i];
+        out.weights[t * K + i] = s[idx[i]] / sum * cfg.routed_scaling;
+      }
     }
-    std::iota(idx.begin(), idx.end(), 0);
-    std::partial_sort(idx.begin(), idx.begin() + K, idx.end(),
-                      [&](int a, int b) { return biased[a] > biased[b] || (biased[a] == biased[b] && a < b); });
-    float sum = 0.f;
-    for (int i = 0; i < K; ++i) sum += s[idx[i]];
-    for (int i = 0; i < K; ++i) {
-      out.experts[t * K + i] = idx[i];
-      out.weights[t * K + i] = s[idx[i]] / sum * cfg.routed_scaling;
-    }
-  }
+  });
 }
 
 void ffn_forward(const ModelConfig& cfg, const LayerWeights& L, bool moe, const float* m, int64_t T, float* y) {
@@ -134,9 +145,10 @@ void ffn_forward(const ModelConfig& cfg, const LayerWeights& L, bool moe, const 
     const int32_t* exd = ex.data();
     const int64_t *slotd = slot.data(), *xoffd = x_off.data();
     float* xind = xin.data();
-#pragma omp parallel for schedule(static) if (T >= 64)
-    for (int64_t p = 0; p < T * K; ++p)
-      std::copy(m + (p / K) * H, m + (p / K + 1) * H, xind + xoffd[exd[p]] + slotd[p] * H);
+    WorkerPool::parallel_for(T * K, kCopyRowsGrain, [&](int64_t p0, int64_t p1) {
+      for (int64_t p = p0; p < p1; ++p)
+        std::copy(m + (p / K) * H, m + (p / K + 1) * H, xind + xoffd[exd[p]] + slotd[p] * H);
+    });
   }
   linear_forward_many(jobs.data(), int(jobs.size()));
   swiglu_oai(hg.data(), hu.data(), nh, cfg.swiglu_alpha, cfg.swiglu_limit, cfg.swiglu_beta, hg.data());
@@ -156,25 +168,26 @@ void ffn_forward(const ModelConfig& cfg, const LayerWeights& L, bool moe, const 
   const int64_t* slotd = slot.data();
   const float* youtd = yout.data();
   const int64_t* y_offd = y_off.data();
-#pragma omp parallel for schedule(static) if (T > 1)
-  for (int64_t t = 0; t < T; ++t) {
-    int small[64];  // the token's K choices by ascending expert id (no allocation for K <= 64)
-    std::vector<int> large;
-    int* order = small;
-    if (K > 64) {
-      large.resize(size_t(K));
-      order = large.data();
+  WorkerPool::parallel_for(T, kCombineGrain, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      int small[64];  // the token's K choices by ascending expert id (no allocation for K <= 64)
+      std::vector<int> large;
+      int* order = small;
+      if (K > 64) {
+        large.resize(size_t(K));
+        order = large.data();
+      }
+      for (int i = 0; i < K; ++i) order[i] = i;
+      std::sort(order, order + K, [&](int a, int b) { return exd[t * K + a] < exd[t * K + b]; });
+      float* dst = y + t * H;
+      for (int j = 0; j < K; ++j) {
+        const int i = order[j], e = exd[t * K + i];
+        const float w = wtd[t * K + i];
+        const float* src = youtd + y_offd[e] + slotd[t * K + i] * H;
+        for (int64_t h = 0; h < H; ++h) dst[h] += w * src[h];
+      }
     }
-    for (int i = 0; i < K; ++i) order[i] = i;
-    std::sort(order, order + K, [&](int a, int b) { return exd[t * K + a] < exd[t * K + b]; });
-    float* dst = y + t * H;
-    for (int j = 0; j < K; ++j) {
-      const int i = order[j], e = exd[t * K + i];
-      const float w = wtd[t * K + i];
-      const float* src = youtd + y_offd[e] + slotd[t * K + i] * H;
-      for (int64_t h = 0; h < H; ++h) dst[h] += w * src[h];
-    }
-  }
+  });
 }
 
 }  // namespace m3

@@ -1,9 +1,7 @@
 // Threading of the matmul over rows of W (see linear.h): tiles of all jobs of one call split over the
-// OpenMP threads by estimated cost, with stealing. The per-ISA inner loops are behind the kernel table
+// threads (WorkerPool) by estimated cost, with stealing. The per-ISA inner loops are behind the kernel table
 // (dispatch.h; linear_kernels.h); the weight layouts are in linear_layout.cpp.
 #include "kernels/cpu/linear.h"
-
-#include <omp.h>
 
 #include <algorithm>
 #include <atomic>
@@ -12,6 +10,7 @@
 
 #include "base/aligned_vector.h"
 #include "kernels/cpu/dispatch.h"
+#include "kernels/cpu/worker_pool.h"
 
 namespace m3 {
 
@@ -119,7 +118,7 @@ void run_chunked(const LinearJob* jobs, int njobs, int64_t maxK) {
     cost_total += chunk_cost[j] * double(plan.first_chunk[j + 1] - plan.first_chunk[j]);
   }
   const int64_t chunks = plan.first_chunk[njobs];
-  const int nthreads = int(std::max<int64_t>(1, std::min<int64_t>(omp_get_max_threads(), chunks)));
+  const int nthreads = int(std::max<int64_t>(1, std::min<int64_t>(WorkerPool::threads(), chunks)));
   static thread_local std::unique_ptr<ChunkRun[]> runs;
   static thread_local int runs_size = 0;
   if (runs_size < nthreads) runs.reset(new ChunkRun[size_t(nthreads)]), runs_size = nthreads;
@@ -138,9 +137,8 @@ void run_chunked(const LinearJob* jobs, int njobs, int64_t maxK) {
         lo = c;
       }
   for (; t < nthreads; ++t, lo = chunks) plan.runs[t].v.store(pack_run(uint64_t(lo), uint64_t(chunks)), std::memory_order_relaxed);
-#pragma omp parallel num_threads(nthreads)
-  {
-    const int me = omp_get_thread_num();
+  // A thread that does not join in time (a neighbour holds its core) has its run taken by the others.
+  WorkerPool::run(nthreads, [&](int me) {
     float* scratch = tile_scratch(maxK);
     for (int64_t ch = plan.next(me); ch >= 0;) {
       JobClaims c{&plan, me, plan.job_of(ch), ch};
@@ -148,7 +146,7 @@ void run_chunked(const LinearJob* jobs, int njobs, int64_t maxK) {
       ops.linear_rows_claimed(*job.W, job.x, job.T, job.y, claim_rows, &c, scratch);
       ch = c.carry;
     }
-  }
+  });
 }
 
 }  // namespace
@@ -183,7 +181,7 @@ void linear_forward_many(const LinearJob* jobs, int njobs) {
     macs += W.N * W.K * std::max<int64_t>(jobs[j].T, 1);
     tiles += (W.N + kLinearTileRows - 1) / kLinearTileRows;
   }
-  if (omp_get_max_threads() == 1 || tiles <= 1 || macs < 32768) {  // too small to share
+  if (WorkerPool::threads() == 1 || tiles <= 1 || macs < 32768) {  // too small to share
     const CpuOps& ops = cpu_ops();
     float* scratch = tile_scratch(maxK);
     for (int j = 0; j < njobs; ++j) ops.linear_rows(*jobs[j].W, jobs[j].x, jobs[j].T, jobs[j].y, 0, jobs[j].W->N, scratch);
