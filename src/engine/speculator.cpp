@@ -83,12 +83,15 @@ void Speculator::admit(std::vector<ScheduledChunk>& plan, const StepCostModel& c
     SpecAcceptance& a = c.seq->spec_acc;
     if (a.admitted) continue;
     a.admitted = true;
-    if (a.off || c.seq->constraint || admitted_++ % kExploreEvery == 0) continue;
+    if (a.off || c.seq->constraint) continue;
+    const bool explorer = admitted_++ % kExploreEvery == 0;
     // Until every cost is measured (and the step cost model has seen two decode shapes) only the
     // explorers speculate: they measure the costs. Otherwise a burst of requests admitted together (at
     // concurrency 32 every request of a run) all wrote their prompts' draft context, the largest cost
     // of speculation where it does not pay, before the first decision could tell.
-    if (draft_ms_ < 0 || ctx_ms_ < 0 || decode_shapes_ < 2) {
+    const bool measured = draft_ms_ >= 0 && ctx_ms_ >= 0 && decode_shapes_ >= 2;
+    if (explorer && !measured) continue;
+    if (!measured) {
       a.off = true;
       c.spec = 0;
       ++skipped_;
@@ -103,10 +106,13 @@ void Speculator::admit(std::vector<ScheduledChunk>& plan, const StepCostModel& c
     // off only when that is clearly below (kAdmitMargin): one snapshot of measured costs decides here,
     // and near the break-even their noise would flip requests off for good; there the per-request
     // decisions (choose()) settle it over many steps.
+    // An explorer (measuring acceptance) is judged as if every draft were accepted: it starts off only
+    // where the step's costs alone rule speculation out (at concurrency 32 on a 2-core CPU a verified
+    // row costs more than a plain row's share of the step: exploring there only paid for draft passes).
     const double lambda = double(rows + 1) / base;
     double g = 0, p = 1, best = 0;
     for (int k = 1; k <= cfg_.num_speculative_tokens; ++k) {
-      g += (p *= std::clamp(global_acc_.rate[size_t(k - 1)], 0.0, 1.0));
+      g += (p *= explorer ? 1.0 : std::clamp(global_acc_.rate[size_t(k - 1)], 0.0, 1.0));
       best = std::max(best, g / (double(k) * row_ms + draft_ms_ + ctx_ms_ * (1.0 + g)));
     }
     if (best < kAdmitMargin * lambda) {

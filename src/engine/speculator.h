@@ -54,8 +54,9 @@ class Speculator {
   // A request's first step: whether it speculates at all. When the all-requests acceptance and the
   // measured costs say its best speculation cannot pay for the draft's context, or the costs are not
   // measured yet, it starts `off`: no draft context for its prompt or its tokens, and no draft pass.
-  // Every kExploreEvery-th request (the first one included) speculates regardless, so the costs and
-  // the estimate keep being measured (on a changing load or prompt mix).
+  // Every kExploreEvery-th request (the first one included) speculates unless the measured costs rule
+  // it out even at full acceptance, so the costs and the estimate keep being measured (on a changing
+  // load or prompt mix).
   void admit(std::vector<ScheduledChunk>& plan, const StepCostModel& cost);
   // The draft pass of a step took `ms` for `requests` requests.
   void observe_draft(double ms, int requests);

@@ -635,10 +635,17 @@ struct DearestRows : m3::StepCostModel {
   double predict_ms(int64_t p, int64_t d) const override { return 10.0 + 1000.0 * double(d) + 1.0 * double(p); }
 };
 
+// A verified row costs more than the whole one-row step (rows cost their count squared): speculation
+// cannot pay even if every draft were accepted.
+struct SquaredRows : m3::StepCostModel {
+  double predict_ms(int64_t p, int64_t d) const override { return 10.0 + 1000.0 * double(d * d) + 1.0 * double(p); }
+};
+
 TEST(SpecEngine, AdmissionSkipsSpeculationThatCannotPay) {
   const auto prompts = demo_prompts();
   DearestRows dearest;
   DearRows dear;
+  SquaredRows squared;
   // After each request: the verification steps so far, and the tokens with draft context so far.
   auto run = [&](m3::StepCostModel* cost, std::vector<std::pair<int64_t, int64_t>>* after) {
     EngineConfig c = cost ? spec_config(7, "block") : EngineConfig{};
@@ -658,11 +665,12 @@ TEST(SpecEngine, AdmissionSkipsSpeculationThatCannotPay) {
     return out;
   };
   const auto plain = run(nullptr, nullptr);
-  std::vector<std::pair<int64_t, int64_t>> dearest_after, dear_after;
-  const auto a = run(&dearest, &dearest_after), b = run(&dear, &dear_after);
+  std::vector<std::pair<int64_t, int64_t>> dearest_after, dear_after, squared_after;
+  const auto a = run(&dearest, &dearest_after), b = run(&dear, &dear_after), sq = run(&squared, &squared_after);
   for (const auto& [id, f] : plain) {
     EXPECT_EQ(a.at(id).tokens, f.tokens) << id;
     EXPECT_EQ(b.at(id).tokens, f.tokens) << id;
+    EXPECT_EQ(sq.at(id).tokens, f.tokens) << id;
   }
   ASSERT_EQ(dearest_after.size(), 10u);
   // The first request verified drafts and wrote the draft's context (the costs were not measured yet).
@@ -675,6 +683,14 @@ TEST(SpecEngine, AdmissionSkipsSpeculationThatCannotPay) {
   }
   // The 9th request (the 8th after the first) explores: it writes its draft context again.
   EXPECT_GT(dearest_after[8].second, dearest_after[7].second);
+  // Unless the costs rule speculation out at any acceptance: after the first request, no request
+  // drafts or writes draft context, the explorers included.
+  ASSERT_EQ(squared_after.size(), 10u);
+  EXPECT_GT(squared_after[0].second, 0);
+  for (size_t i = 1; i < 10; ++i) {
+    EXPECT_EQ(squared_after[i].first, squared_after[0].first) << "request " << i << " drafted";
+    EXPECT_EQ(squared_after[i].second, squared_after[0].second) << "request " << i << " wrote draft context";
+  }
   // Cheap rows: every request drafts and writes its context.
   for (size_t i = 1; i < 10; ++i) {
     EXPECT_GT(dear_after[i].first, dear_after[i - 1].first) << "request " << i << " did not draft";
