@@ -679,7 +679,12 @@ void Engine::set_step_cost_model(const StepCostModel* m) {
   sched_->set_cost_model(&cost_model());
 }
 
-std::string Engine::spec_summary() const { return m3::spec_summary(stats()); }
+std::string Engine::spec_summary() const {
+  // With the measured costs the decisions were made from (the step's fit, the draft pass, the context).
+  std::string out = m3::spec_summary(stats());
+  if (spec_) out += "; costs: steps " + step_cost_.describe() + ", " + spec_->costs_describe();
+  return out;
+}
 
 EngineStats Engine::stats() const {
   EngineStats s = stats_;

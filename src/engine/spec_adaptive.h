@@ -38,7 +38,7 @@ struct SpecAcceptance {
 };
 
 struct SpecCosts {
-  double base_ms = 0;   // the step without any drafts: its decode rows, prefill chunks, fixed cost
+  double base_ms = 0;   // the decode rows' step without any drafts (its fixed cost and rows; no prefill)
   double row_ms = 0;    // one more verified row
   double draft_ms = 0;  // the draft pass of one request
 };

@@ -71,20 +71,28 @@ constexpr double kAdmitMargin = 0.85;
 }  // namespace
 
 void Speculator::observe_draft(double ms, int requests) {
-  if (requests <= 0 || !(ms >= 0)) return;
+  if (requests <= 0 || !(ms >= 0) || draft_timings_++ == 0) return;
   const double per = ms / requests;
   draft_ms_ = draft_ms_ < 0 ? per : draft_ms_ + kDraftAlpha * (per - draft_ms_);
 }
 
 void Speculator::admit(std::vector<ScheduledChunk>& plan, const StepCostModel& cost) {
   int64_t rows = 0;
-  for (const ScheduledChunk& c : plan) rows += c.n == 1 && c.sample ? 1 + c.spec : 0;
+  // Whether a request of this step already speculates: it measures the costs and the acceptance, so a
+  // new request need not explore (at concurrency 32 every request is admitted in the first steps, and
+  // one explorer in eight made four of them, each paying a draft pass per step where it cannot pay).
+  bool speculating = false;
+  for (const ScheduledChunk& c : plan) {
+    rows += c.n == 1 && c.sample ? 1 + c.spec : 0;
+    speculating |= c.seq->spec_acc.admitted && !c.seq->spec_acc.off;
+  }
   for (ScheduledChunk& c : plan) {
     SpecAcceptance& a = c.seq->spec_acc;
     if (a.admitted) continue;
     a.admitted = true;
     if (a.off || c.seq->constraint) continue;
-    const bool explorer = admitted_++ % kExploreEvery == 0;
+    const bool explorer = admitted_++ % kExploreEvery == 0 && !speculating;
+    speculating |= explorer;
     // Until every cost is measured (and the step cost model has seen two decode shapes) only the
     // explorers speculate: they measure the costs. Otherwise a burst of requests admitted together (at
     // concurrency 32 every request of a run) all wrote their prompts' draft context, the largest cost
@@ -106,19 +114,24 @@ void Speculator::admit(std::vector<ScheduledChunk>& plan, const StepCostModel& c
     // off only when that is clearly below (kAdmitMargin): one snapshot of measured costs decides here,
     // and near the break-even their noise would flip requests off for good; there the per-request
     // decisions (choose()) settle it over many steps.
-    // An explorer (measuring acceptance) is judged as if every draft were accepted: it starts off only
-    // where the step's costs alone rule speculation out (at concurrency 32 on a 2-core CPU a verified
-    // row costs more than a plain row's share of the step: exploring there only paid for draft passes).
     const double lambda = double(rows + 1) / base;
     double g = 0, p = 1, best = 0;
     for (int k = 1; k <= cfg_.num_speculative_tokens; ++k) {
-      g += (p *= explorer ? 1.0 : std::clamp(global_acc_.rate[size_t(k - 1)], 0.0, 1.0));
+      g += (p *= std::clamp(global_acc_.rate[size_t(k - 1)], 0.0, 1.0));
       best = std::max(best, g / (double(k) * row_ms + draft_ms_ + ctx_ms_ * (1.0 + g)));
     }
+    // An explorer (measuring acceptance and the draft's costs) starts off only where the rows alone
+    // rule speculation out: a verified row, even always accepted, costs more than a plain row's share
+    // of the step (at concurrency 8 and 32 on a 2-core CPU; exploring there only paid for draft
+    // passes). The step cost model follows every step, while the draft's costs and the estimate are
+    // re-measured only by speculating requests.
+    if (explorer) best = row_ms > 0 ? 1.0 / row_ms : lambda;
     if (best < kAdmitMargin * lambda) {
       a.off = true;
       c.spec = 0;
       ++skipped_;
+    } else {
+      speculating = true;
     }
   }
 }
@@ -173,7 +186,12 @@ void Speculator::choose(std::vector<ScheduledChunk>& plan, const StepCostModel& 
     if (rows != first_shape_) decode_shapes_ = 2;
     return;
   }
-  const SpecCosts sc{base, std::max(0.0, cost.predict_ms(prefill, rows + 1) - base), draft_ms_};
+  // The rate drafts must beat is the decode rows' own (a decode-only step of these rows): a prompt chunk
+  // riding in the step made every draft look nearly free beside it, while the few requests decoding
+  // then (at concurrency 32, the explorers among prompts being read) drafted at full length.
+  const double decode_base = rows > 0 ? cost.predict_ms(0, rows) : base;
+  const SpecCosts sc{decode_base > 0 ? decode_base : base, std::max(0.0, cost.predict_ms(prefill, rows + 1) - base),
+                     draft_ms_};
   cands_.clear();
   cand_chunk_.clear();
   for (size_t i = 0; i < plan.size(); ++i) {
@@ -184,12 +202,12 @@ void Speculator::choose(std::vector<ScheduledChunk>& plan, const StepCostModel& 
     cand_chunk_.push_back(i);
   }
   const std::vector<int> k = choose_drafts(cands_, plain, sc);
-  const double lambda = plain / base;  // tokens per ms of the step without drafts
+  const double lambda = plain / sc.base_ms;  // tokens per ms of the decode rows without drafts
   if (cfg_.adaptive_verification) {
     // The rate the chosen step expects (tokens per ms, from measured acceptance, before any draft of
     // this step exists): a verified row must bring more than rate x row_ms tokens. Fixed before the
     // drafts are drawn, so the cut stays a stopping rule (spec_adaptive.h).
-    double tokens = plain, ms = base;
+    double tokens = plain, ms = sc.base_ms;
     for (size_t j = 0; j < k.size(); ++j) {
       double p = 1;
       for (int i = 0; i < k[j]; ++i) tokens += (p *= std::clamp(cands_[j].acc->rate[size_t(i)], 0.0, 1.0));
@@ -419,6 +437,7 @@ void Speculator::keep_accepted(const std::vector<ScheduledChunk>& plan) {
   draft_->write_context(ctx_rows_.data(), int(ctx_rows_.size()));
   const double per = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() /
                      double(std::max<int64_t>(rows, 1));
+  if (ctx_timings_++ == 0) return;
   ctx_ms_ = ctx_ms_ < 0 ? per : ctx_ms_ + kDraftAlpha * (per - ctx_ms_);
 }
 
@@ -441,6 +460,13 @@ void Speculator::fill_stats(EngineStats& st) const {
   st.spec_context_tokens = ctx_tokens_;
   st.spec_skipped_requests = skipped_;
   st.spec_cut_by_confidence = cut_by_conf_;
+}
+
+std::string Speculator::costs_describe() const {
+  std::ostringstream o;
+  o.precision(3);
+  o << "draft pass " << draft_ms_ << " ms per request, draft context " << ctx_ms_ << " ms per token";
+  return o.str();
 }
 
 std::string spec_summary(const EngineStats& st) {

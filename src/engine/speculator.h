@@ -60,6 +60,8 @@ class Speculator {
   void admit(std::vector<ScheduledChunk>& plan, const StepCostModel& cost);
   // The draft pass of a step took `ms` for `requests` requests.
   void observe_draft(double ms, int requests);
+  // "draft pass X ms per request, draft context Y ms per token" as measured (for the summary line).
+  std::string costs_describe() const;
   void propose(const std::vector<ScheduledChunk>& plan);
   // enable_adaptive_verification: after propose(), lowers each speculative chunk's spec (and its drafts)
   // to the drafts whose survival probability from the confidence head, calibrated to the request's
@@ -113,6 +115,10 @@ class Speculator {
   SpecAcceptance global_acc_;    // all requests' acceptance: a new request's starting estimate
   double draft_ms_ = -1;         // EWMA of the draft pass's cost per request (-1: not measured)
   double ctx_ms_ = -1;           // EWMA of writing the draft's context K/V, per token
+  // Draft passes and context writes timed so far: the first of each is not counted (cold: its weights
+  // and pages are touched for the first time, and one cold measurement could start every later request
+  // off before a warm one corrects it).
+  int64_t draft_timings_ = 0, ctx_timings_ = 0;
   // Decode-row counts of the steps choose() has shaped (0, 1, or 2 = two different ones) and the first.
   int64_t admitted_ = 0;  // requests admit() has seen
   int decode_shapes_ = 0;
