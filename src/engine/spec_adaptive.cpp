@@ -49,7 +49,7 @@ std::vector<int> choose_drafts(const std::vector<SpecCandidate>& cands, double p
     for (int i = 1; i <= cand.max_k && i <= int(cand.acc->rate.size()); ++i) {
       p *= std::clamp(cand.acc->rate[size_t(i - 1)], 0.0, 1.0);
       tokens += p;
-      value += p - lambda * c.row_ms;
+      value += p - lambda * (c.row_ms + p * c.ctx_ms);
       if (value - lambda * c.draft_ms > best_value) {
         best_value = value - lambda * c.draft_ms;
         best_k = i;
@@ -65,7 +65,7 @@ std::vector<int> choose_drafts(const std::vector<SpecCandidate>& cands, double p
       double g = 0;
       k[r] = best(cands[r], lambda, &g);
       tokens += g;
-      if (k[r] > 0) ms += double(k[r]) * c.row_ms + c.draft_ms;
+      if (k[r] > 0) ms += double(k[r]) * c.row_ms + c.draft_ms + g * c.ctx_ms;
     }
     const double next = tokens / ms;
     if (!(next > lambda * (1 + 1e-9))) break;  // the ratio stopped rising: optimal

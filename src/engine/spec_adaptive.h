@@ -41,6 +41,7 @@ struct SpecCosts {
   double base_ms = 0;   // the decode rows' step without any drafts (its fixed cost and rows; no prefill)
   double row_ms = 0;    // one more verified row
   double draft_ms = 0;  // the draft pass of one request
+  double ctx_ms = 0;    // the draft's context K/V for one more kept token (each accepted draft adds one)
 };
 
 struct SpecCandidate {
@@ -52,7 +53,8 @@ struct SpecCandidate {
 // where each candidate brings one plain token anyway; `plain_tokens` counts those of the whole step
 // (including decode rows that cannot speculate). Exact for that ratio (Dinkelbach's iteration: with
 // the rate lambda fixed the requests separate, each taking the k with the largest
-// sum_{i<=k} (P_i - lambda row_ms) - lambda draft_ms [k > 0], P_i = prod_{j<=i} rate[j-1]).
+// sum_{i<=k} (P_i - lambda (row_ms + P_i ctx_ms)) - lambda draft_ms [k > 0], P_i = prod_{j<=i}
+// rate[j-1]; an accepted draft is one more token of draft context to write).
 std::vector<int> choose_drafts(const std::vector<SpecCandidate>& cands, double plain_tokens, const SpecCosts& costs);
 
 // Adaptive verification with the draft's confidence head (DSpark paper section 3.2; vLLM's

@@ -191,7 +191,7 @@ void Speculator::choose(std::vector<ScheduledChunk>& plan, const StepCostModel& 
   // then (at concurrency 32, the explorers among prompts being read) drafted at full length.
   const double decode_base = rows > 0 ? cost.predict_ms(0, rows) : base;
   const SpecCosts sc{decode_base > 0 ? decode_base : base, std::max(0.0, cost.predict_ms(prefill, rows + 1) - base),
-                     draft_ms_};
+                     draft_ms_, std::max(0.0, ctx_ms_)};
   cands_.clear();
   cand_chunk_.clear();
   for (size_t i = 0; i < plan.size(); ++i) {
@@ -209,9 +209,10 @@ void Speculator::choose(std::vector<ScheduledChunk>& plan, const StepCostModel& 
     // drafts are drawn, so the cut stays a stopping rule (spec_adaptive.h).
     double tokens = plain, ms = sc.base_ms;
     for (size_t j = 0; j < k.size(); ++j) {
-      double p = 1;
-      for (int i = 0; i < k[j]; ++i) tokens += (p *= std::clamp(cands_[j].acc->rate[size_t(i)], 0.0, 1.0));
-      if (k[j] > 0) ms += double(k[j]) * sc.row_ms + sc.draft_ms;
+      double p = 1, g = 0;
+      for (int i = 0; i < k[j]; ++i) g += (p *= std::clamp(cands_[j].acc->rate[size_t(i)], 0.0, 1.0));
+      tokens += g;
+      if (k[j] > 0) ms += double(k[j]) * sc.row_ms + sc.draft_ms + g * sc.ctx_ms;
     }
     conf_threshold_ = tokens / ms * sc.row_ms;
   }
