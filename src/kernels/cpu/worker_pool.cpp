@@ -34,7 +34,9 @@ constexpr uint64_t active_of(uint64_t w) { return w & 0xffff; }
 constexpr uint64_t slot_of(uint64_t w) { return (w >> 16) & 0xff; }
 constexpr uint64_t slots_of(uint64_t w) { return (w >> kSlotsShift) & 0xff; }
 
-thread_local bool t_in_worker = false;
+// Set on pool workers, and on a caller while it runs its own share of a job: a pool call from there
+// runs alone (the pool is busy with the enclosing job; its lock is the caller's own).
+thread_local bool t_inside_job = false;
 
 // An idle worker's spin before it sleeps when the cores are not contended: long enough to span the
 // gaps between the regions of one decode step (norms, routing, small attention on the calling
@@ -117,7 +119,7 @@ struct Pool {
   }
 
   void worker_loop() {
-    t_in_worker = true;
+    t_inside_job = true;
     uint32_t seen = 0;
     Preemptions pre;
     for (;;) {
@@ -146,8 +148,21 @@ struct Pool {
     job.store((number << kJobShift) | (uint64_t(nslots) << kSlotsShift) | kSlot, std::memory_order_release);
     wake.fetch_add(1, std::memory_order_seq_cst);
     if (sleepers.load(std::memory_order_seq_cst) > 0) futex_wake_all();
+    // Closed on every way out, an exception from the caller's share included: the job lives in the
+    // caller's frame, so no worker may still be inside it once run() is left.
+    struct Close {
+      Pool& p;
+      ~Close() {
+        t_inside_job = false;
+        p.close_and_wait();
+      }
+    } close{*this};
+    t_inside_job = true;
     f(c, 0);
-    // Close: from here no worker joins; wait for those inside (each finishing work it has claimed).
+  }
+
+  // From here no worker joins; waits for those inside (each finishing work it has claimed).
+  void close_and_wait() {
     uint64_t w = job.fetch_or(kClosed, std::memory_order_acq_rel) | kClosed;
     for (int i = 0; active_of(w) != 0; ++i) {
       if (i < 4096) _mm_pause();
@@ -169,7 +184,7 @@ int WorkerPool::threads() { return omp_get_max_threads(); }
 int WorkerPool::spin_us() { return pool().spin_us; }
 
 void WorkerPool::run_impl(int slots, Fn fn, void* ctx) {
-  if (slots <= 1 || t_in_worker || omp_in_parallel()) return fn(ctx, 0);
+  if (slots <= 1 || t_inside_job || omp_in_parallel()) return fn(ctx, 0);
   pool().run(slots, fn, ctx);
 }
 

@@ -5,6 +5,7 @@
 #include <omp.h>
 
 #include <atomic>
+#include <stdexcept>
 #include <thread>
 #include <vector>
 
@@ -74,6 +75,31 @@ TEST(WorkerPool, ReturnsOnlyAfterEveryParticipantHasLeft) {
     ASSERT_EQ(inside.load(), 0) << "rep " << rep;
     ASSERT_GE(next.load(), 64);
   }
+}
+
+// An exception from the caller's share leaves run() only after the workers have left the job, and the
+// pool serves the next job.
+TEST(WorkerPool, AnExceptionInTheCallersShareClosesTheJob) {
+  ThreadCount tc(2);
+  for (int rep = 0; rep < 50; ++rep) {
+    std::atomic<int> inside{0};
+    std::atomic<int64_t> next{0};
+    EXPECT_THROW(WorkerPool::run(2,
+                                 [&](int slot) {
+                                   inside.fetch_add(1);
+                                   for (int64_t i; (i = next.fetch_add(1)) < 32;) {
+                                     volatile double x = 0;
+                                     for (int k = 0; k < 200; ++k) x = x + double(k) * 1e-9;
+                                   }
+                                   inside.fetch_sub(1);
+                                   if (slot == 0) throw std::runtime_error("caller's share failed");
+                                 }),
+                 std::runtime_error);
+    ASSERT_EQ(inside.load(), 0);
+  }
+  std::atomic<int64_t> done{0};
+  WorkerPool::parallel_for(100, 1, [&](int64_t a, int64_t b) { done.fetch_add(b - a); });
+  EXPECT_EQ(done.load(), 100);
 }
 
 TEST(WorkerPool, NestedAndConcurrentCallsRunAlone) {
