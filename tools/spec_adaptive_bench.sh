@@ -20,18 +20,4 @@ trap 'rm -rf "$TMP"' EXIT
 . "$(dirname "$0")/lib/spec_generate.sh"
 spec_requests "$TMP/req.jsonl" "$TEMP" "$N" "$TOKENS"
 run() { spec_run "$@"; }  # conc spec-json-or-empty -> "tok/s AL"
-printf "%-6s %-5s %-10s %-11s %-8s %-11s %-8s %-11s %s\n" round conc setting "none tok/s" "fixed" "fixed AL" \
-  "adaptive" "adapt. AL" "fixed/none adaptive/none adaptive/fixed"
-for round in $(seq 1 "$ROUNDS"); do
-  for conc in $CONCS; do
-    for lv in "$@"; do
-      label=${lv%%=*} frag=${lv#*=}
-      base="{\"method\":\"dspark\",\"num_speculative_tokens\":$K,\"draft_sample_method\":\"probabilistic\",$frag$EXTRA"
-      read -r none _ < <(run "$conc" "")
-      read -r fixed fal < <(run "$conc" "$base,\"adaptive_num_speculative_tokens\":false}")
-      read -r adapt aal < <(run "$conc" "$base}")
-      printf "%-6s %-5s %-10s %-11s %-8s %-11s %-8s %-11s %s\n" "$round" "$conc" "$label" "$none" "$fixed" "$fal" \
-        "$adapt" "$aal" "$(python3 -c "print(f'{$fixed/$none:.2f}       {$adapt/$none:.2f}          {$adapt/$fixed:.2f}')")"
-    done
-  done
-done
+spec_rounds fixed ',"adaptive_num_speculative_tokens":false}' adaptive '}' "$@"

@@ -26,18 +26,5 @@ run() {  # conc spec-json-or-empty -> "tok/s AL[/cutN]"
   [ -n "$cut" ] && al="$al/cut$cut"
   echo "$tps $al"
 }
-printf "%-6s %-5s %-10s %-11s %-10s %-8s %-10s %-8s %s\n" round conc setting "none tok/s" "adaptive" "AL" \
-  "+variant" "AL/cut" "adaptive/none +var/none +var/adaptive"
-for round in $(seq 1 "$ROUNDS"); do
-  for conc in $CONCS; do
-    for lv in "$@"; do
-      label=${lv%%=*} frag=${lv#*=}
-      base="{\"method\":\"dspark\",\"num_speculative_tokens\":$K,\"draft_sample_method\":\"probabilistic\",$frag"
-      read -r none _ < <(run "$conc" "")
-      read -r adapt aal < <(run "$conc" "$base}")
-      read -r head hal < <(run "$conc" "$base$VARIANT}")
-      printf "%-6s %-5s %-10s %-11s %-10s %-8s %-10s %-8s %s\n" "$round" "$conc" "$label" "$none" "$adapt" "$aal" \
-        "$head" "$hal" "$(python3 -c "print(f'{$adapt/$none:.2f}          {$head/$none:.2f}       {$head/$adapt:.2f}')")"
-    done
-  done
-done
+EXTRA=  # this benchmark takes its variant from VARIANT only
+spec_rounds adaptive '}' +variant "$VARIANT}" "$@"

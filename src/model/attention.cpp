@@ -245,8 +245,9 @@ void attention_batch(const ModelConfig& cfg, int layer, const AttnSeq* seqs, int
 
   const int64_t scan_chunk = index_scan_chunk(scan_work);
   // A step whose attention is small (a few hundred cached positions in all: a decode step at short
-  // context) runs it on the calling thread: the team's wake-up costs more than the split saves, up to
-  // ~100 us on a shared 2-core host (dev/omp_region_bench.cpp; docs/benchmarks.md section 3.4). Each
+  // context) runs it on the calling thread: the threshold was set when a split cost an OpenMP region's
+  // wake-up, up to ~100 us on a shared 2-core host (dev/omp_region_bench.cpp; docs/benchmarks.md
+  // section 3.4), and is kept for the worker pool's hand-off. Each
   // (token, group) item computes the same either way.
   int64_t attended = 0;  // cached positions the step's tokens see, all heads (before block selection)
   for (int i = 0; i < nseq; ++i) attended += seqs[i].T * (seqs[i].start + seqs[i].T) * cfg.n_heads;

@@ -1,5 +1,6 @@
 # Shared by the speculation benchmarks (tools/spec_adaptive_bench.sh, tools/spec_confidence_bench.sh):
-# the request file and one timed `m3serve generate --input` run. Source it after setting BIN, MODEL, TMP.
+# the request file, one timed `m3serve generate --input` run, and the rounds of none / A / B runs.
+# Source it after setting BIN, MODEL, TMP.
 
 # spec_requests FILE TEMP N TOKENS: N requests of TOKENS tokens at TEMP (seeded), the demo's fixed
 # prompts and held-out passages in turn (token ids below every vocabulary here).
@@ -28,4 +29,29 @@ spec_run() {
   tps=$(sed -n 's/.* s: \([0-9.]*\) output tokens\/s.*/\1/p' "$TMP/err")
   al=$(sed -n 's/.*acceptance length \([0-9.]*\);.*/\1/p' "$TMP/err")
   echo "$tps ${al:--}"
+}
+
+# spec_rounds NAME_A SUFFIX_A NAME_B SUFFIX_B SETTING...: for every round ($ROUNDS), concurrency ($CONCS)
+# and SETTING (label=JSON fragment), runs none, then A and B (the dspark config with $K drafts, the
+# fragment and $EXTRA, closed by SUFFIX_A / SUFFIX_B), through the caller's `run` (CONC [SPEC_JSON] ->
+# "tok/s AL"), and prints a row with both rates and the ratios A/none, B/none, B/A.
+spec_rounds() {
+  local na=$1 sa=$2 nb=$3 sb=$4
+  shift 4
+  local fmt="%-6s %-5s %-10s %-11s %-10s %-10s %-10s %-10s %s\n"
+  printf "$fmt" round conc setting "none tok/s" "$na" "$na AL" "$nb" "$nb AL" "$na/none $nb/none $nb/$na"
+  local round conc lv label frag base none a aal b bal
+  for round in $(seq 1 "$ROUNDS"); do
+    for conc in $CONCS; do
+      for lv in "$@"; do
+        label=${lv%%=*} frag=${lv#*=}
+        base="{\"method\":\"dspark\",\"num_speculative_tokens\":$K,\"draft_sample_method\":\"probabilistic\",$frag${EXTRA:-}"
+        read -r none _ < <(run "$conc" "")
+        read -r a aal < <(run "$conc" "$base$sa")
+        read -r b bal < <(run "$conc" "$base$sb")
+        printf "$fmt" "$round" "$conc" "$label" "$none" "$a" "$aal" "$b" "$bal" \
+          "$(python3 -c "print(f'{$a/$none:.2f} {$b/$none:.2f} {$b/$a:.2f}')")"
+      done
+    done
+  done
 }

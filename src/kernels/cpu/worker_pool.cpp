@@ -181,8 +181,6 @@ Pool& pool() {
 
 int WorkerPool::threads() { return omp_get_max_threads(); }
 
-int WorkerPool::spin_us() { return pool().spin_us; }
-
 void WorkerPool::run_impl(int slots, Fn fn, void* ctx) {
   if (slots <= 1 || t_inside_job || omp_in_parallel()) return fn(ctx, 0);
   pool().run(slots, fn, ctx);

@@ -9,7 +9,8 @@
 // alone); a worker that arrives after the caller has closed the job skips it, and the caller waits only
 // for workers that are inside it. Idle workers spin briefly (catching the short gaps between the
 // regions of one step), then sleep on a futex; they do not spin while they see their core contended
-// (a spinning thread then takes time from the neighbour and from the caller).
+// (a spinning thread then takes time from the neighbour and from the caller). M3_POOL_SPIN_US=N fixes
+// the spin at N microseconds and turns the contention check off.
 #pragma once
 
 #include <atomic>
@@ -49,9 +50,6 @@ class WorkerPool {
     });
   }
 
-  // How long an idle worker spins before sleeping while the cores are not contended, in microseconds
-  // (M3_POOL_SPIN_US fixes it and turns the contention check off).
-  static int spin_us();
 
  private:
   static void run_impl(int slots, Fn fn, void* ctx);

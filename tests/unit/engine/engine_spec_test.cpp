@@ -100,6 +100,26 @@ std::map<std::string, m3test::Finished> run_six_greedy(const EngineConfig& c, m3
   return out;
 }
 
+// The six greedy requests without speculation and with two speculative configs (7 drafts, block
+// verification, each changed by its setter, with its step cost model or none): both outputs must be
+// the plain engine's, token for token. Returns the two speculative runs' stats.
+std::pair<m3::EngineStats, m3::EngineStats> expect_six_greedy_unchanged(
+    const std::function<void(EngineConfig&)>& set_a, m3::StepCostModel* cost_a,
+    const std::function<void(EngineConfig&)>& set_b, m3::StepCostModel* cost_b) {
+  m3::EngineStats st_plain, st_a, st_b;
+  EngineConfig c0 = spec_config(7, "block"), ca = c0, cb = c0;
+  c0.spec = m3::SpeculativeConfig{};
+  const auto plain = run_six_greedy(c0, nullptr, &st_plain);
+  set_a(ca);
+  set_b(cb);
+  const auto a = run_six_greedy(ca, cost_a, &st_a), b = run_six_greedy(cb, cost_b, &st_b);
+  for (const auto& [id, f] : plain) {
+    EXPECT_EQ(a.at(id).tokens, f.tokens) << id;
+    EXPECT_EQ(b.at(id).tokens, f.tokens) << id;
+  }
+  return {st_a, st_b};
+}
+
 // 16 mixed greedy requests: different prompts, lengths, max_tokens, penalties, stop tokens.
 std::map<std::string, m3test::Finished> run_mixed(const EngineConfig& cfg, int n = 16, bool abort_some = false,
                                                   m3::EngineStats* stats = nullptr, int extra_tokens = 0) {
@@ -561,18 +581,8 @@ TEST(SpecEngine, DraftTopkMarkovMatchesTheFullBiasOnItsCandidates) {
 // must beat is about 1%, which the head's products fall below within a few drafts).
 TEST(SpecEngine, AdaptiveVerificationNeverChangesGreedyOutput) {
   DearRows cost;
-  auto run = [&](int mode, m3::EngineStats* st) {
-    EngineConfig c = spec_config(7, "block");
-    c.spec.adaptive_verification = mode == 2;
-    if (mode == 0) c.spec = m3::SpeculativeConfig{};
-    return run_six_greedy(c, mode > 0 ? &cost : nullptr, st);
-  };
-  m3::EngineStats st_plain, st_adaptive, st_conf;
-  const auto plain = run(0, &st_plain), adaptive = run(1, &st_adaptive), conf = run(2, &st_conf);
-  for (const auto& [id, f] : plain) {
-    EXPECT_EQ(adaptive.at(id).tokens, f.tokens) << id;
-    EXPECT_EQ(conf.at(id).tokens, f.tokens) << id;
-  }
+  const auto [st_adaptive, st_conf] = expect_six_greedy_unchanged(
+      [](EngineConfig&) {}, &cost, [](EngineConfig& c) { c.spec.adaptive_verification = true; }, &cost);
   EXPECT_GT(st_conf.spec_accepted_tokens, 0);
   EXPECT_GT(st_conf.spec_cut_by_confidence, 0);
   EXPECT_EQ(st_adaptive.spec_cut_by_confidence, 0);
@@ -607,18 +617,8 @@ TEST(SpecEngine, Bf16DraftActivationsKeepGreedyOutput) {
 TEST(SpecEngine, AdaptiveDraftCountNeverChangesGreedyOutput) {
   DearRows cost;
   // The same 6 greedy requests without speculation, with 7 drafts verified every step, and adaptive.
-  auto run = [&](int mode, m3::EngineStats* st) {
-    EngineConfig c = spec_config(7, "block");
-    c.spec.adaptive = mode == 2;
-    if (mode == 0) c.spec = m3::SpeculativeConfig{};
-    return run_six_greedy(c, mode == 2 ? &cost : nullptr, st);
-  };
-  m3::EngineStats st_plain, st_fixed, st_adaptive;
-  const auto plain = run(0, &st_plain), fixed = run(1, &st_fixed), adaptive = run(2, &st_adaptive);
-  for (const auto& [id, f] : plain) {
-    EXPECT_EQ(fixed.at(id).tokens, f.tokens) << id;
-    EXPECT_EQ(adaptive.at(id).tokens, f.tokens) << id;
-  }
+  const auto [st_fixed, st_adaptive] = expect_six_greedy_unchanged(
+      [](EngineConfig& c) { c.spec.adaptive = false; }, nullptr, [](EngineConfig&) {}, &cost);
   EXPECT_GT(st_adaptive.spec_accepted_tokens, 0);
   // The decision did cut the drafts: fewer verified than with the fixed length for the same tokens.
   EXPECT_LT(st_adaptive.spec_draft_tokens, st_fixed.spec_draft_tokens);
