@@ -12,6 +12,7 @@
 
 #include "base/error.h"
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/dispatch.h"
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/worker_pool.h"
 #include "model/json_reader.h"
@@ -263,11 +264,9 @@ inline void softmax_update(SoftmaxRow& s, float score, const float* vrow, int D)
   for (int d = 0; d < D; ++d) s.acc[d] += p * vrow[d];
 }
 
-inline float dotf(const float* a, const float* b, int n) {
-  float s = 0;
-  for (int i = 0; i < n; ++i) s += a[i] * b[i];
-  return s;
-}
+// The score's dot product through the kernel table (speed: a plain loop is one dependent chain of D
+// adds, which GCC keeps in order; the draft's attention was then a third of its block pass).
+inline float dotf(const float* a, const float* b, int n) { return cpu_ops().dot(a, b, n); }
 
 }  // namespace
 
@@ -302,10 +301,14 @@ void DSparkDraft::propose(const DraftQuery* queries, int nq, const int* nslots, 
   const int64_t W = cfg_.sliding_window;
   for (int l = 0; l < cfg_.n_layers; ++l) {
     const Layer& L = layers_[size_t(l)];
+    // The last layer's outputs matter only for the slots that go through the lm_head: there, only
+    // those slots attend (every slot is still a key) and only their rows take the output projection and
+    // the MLP (speed: adaptive speculation often drafts 2-3 of the block's 7 slots).
+    const bool last = l == cfg_.n_layers - 1;
     for (int64_t t = 0; t < rows; ++t) rms_norm(&x_[size_t(t * H)], L.input_norm.data(), H, cfg_.rms_eps, &a_[size_t(t * H)]);
-    linear_forward(L.q, a_.data(), rows, q_.data());
-    linear_forward(L.k, a_.data(), rows, k_.data());
-    linear_forward(L.v, a_.data(), rows, v_.data());
+    const LinearJob qkv[3] = {{&L.q, a_.data(), rows, q_.data()}, {&L.k, a_.data(), rows, k_.data()},
+                              {&L.v, a_.data(), rows, v_.data()}};
+    linear_forward_many(qkv, 3);
     for (int64_t t = 0; t < rows; ++t) {
       const float *cs = &cos_[size_t(t * half)], *sn = &sin_[size_t(t * half)];
       for (int h = 0; h < cfg_.n_heads; ++h) {
@@ -335,6 +338,7 @@ void DSparkDraft::propose(const DraftQuery* queries, int nq, const int* nslots, 
         const int qi = w / cfg_.n_kv_heads, g = w % cfg_.n_kv_heads;
         const DraftQuery& Q = queries[qi];
         const int64_t base = int64_t(qi) * S;
+        const int nj = last ? nslots[qi] : S;  // the slots that attend
         for (int i = 0; i < S * G; ++i) {
           st[size_t(i)] = {-std::numeric_limits<float>::infinity(), 0.f, &acc[size_t(i) * D]};
           std::fill(st[size_t(i)].acc, st[size_t(i)].acc + D, 0.f);
@@ -347,7 +351,7 @@ void DSparkDraft::propose(const DraftQuery* queries, int nq, const int* nslots, 
           int64_t ks = 0, vs = 0;
           const float* K = kv_rows_f32(Q.kv->k_rows(l, g, lo), n, int(D), kbuf.data(), &ks);
           const float* Vv = kv_rows_f32(Q.kv->v_rows(l, g, lo), n, int(D), vbuf.data(), &vs);
-          for (int j = 0; j < S; ++j) {
+          for (int j = 0; j < nj; ++j) {
             const int64_t from = std::max<int64_t>(lo, Q.pos + j - (W - 1));
             for (int hh = 0; hh < G; ++hh) {
               SoftmaxRow& s = st[size_t(j * G + hh)];
@@ -358,7 +362,7 @@ void DSparkDraft::propose(const DraftQuery* queries, int nq, const int* nslots, 
           }
           lo += n;
         }
-        for (int j = 0; j < S; ++j)
+        for (int j = 0; j < nj; ++j)
           for (int hh = 0; hh < G; ++hh) {
             SoftmaxRow& s = st[size_t(j * G + hh)];
             const float* qv = qrow(j, hh);
@@ -370,20 +374,30 @@ void DSparkDraft::propose(const DraftQuery* queries, int nq, const int* nslots, 
           }
       }
     });
-    linear_forward(L.o, att_.data(), rows, tmp_.data());
-    for (int64_t i = 0; i < rows * H; ++i) x_[size_t(i)] += tmp_[size_t(i)];
-    for (int64_t t = 0; t < rows; ++t) rms_norm(&x_[size_t(t * H)], L.post_attn_norm.data(), H, cfg_.rms_eps, &a_[size_t(t * H)]);
-    linear_forward(L.gate, a_.data(), rows, g_.data());
-    linear_forward(L.up, a_.data(), rows, u_.data());
-    swiglu_oai(g_.data(), u_.data(), rows * cfg_.inter, cfg_.swiglu_alpha, cfg_.swiglu_limit, cfg_.swiglu_beta, g_.data());
-    linear_forward(L.down, g_.data(), rows, tmp_.data());
-    for (int64_t i = 0; i < rows * H; ++i) x_[size_t(i)] += tmp_[size_t(i)];
+    int64_t nr = rows;
+    if (last) {  // the drafted slots' rows to the front, query after query (each row moves down or stays)
+      nr = 0;
+      for (int qi = 0; qi < nq; ++qi)
+        for (int j = 0; j < nslots[qi]; ++j, ++nr) {
+          const int64_t from = int64_t(qi) * S + j;
+          if (from == nr) continue;
+          std::copy_n(&att_[size_t(from * QW)], QW, &att_[size_t(nr * QW)]);
+          std::copy_n(&x_[size_t(from * H)], H, &x_[size_t(nr * H)]);
+        }
+    }
+    linear_forward(L.o, att_.data(), nr, tmp_.data());
+    for (int64_t i = 0; i < nr * H; ++i) x_[size_t(i)] += tmp_[size_t(i)];
+    for (int64_t t = 0; t < nr; ++t) rms_norm(&x_[size_t(t * H)], L.post_attn_norm.data(), H, cfg_.rms_eps, &a_[size_t(t * H)]);
+    const LinearJob gu[2] = {{&L.gate, a_.data(), nr, g_.data()}, {&L.up, a_.data(), nr, u_.data()}};
+    linear_forward_many(gu, 2);
+    swiglu_oai(g_.data(), u_.data(), nr * cfg_.inter, cfg_.swiglu_alpha, cfg_.swiglu_limit, cfg_.swiglu_beta, g_.data());
+    linear_forward(L.down, g_.data(), nr, tmp_.data());
+    for (int64_t i = 0; i < nr * H; ++i) x_[size_t(i)] += tmp_[size_t(i)];
   }
-  // Final norm + the target's lm_head for the first nslots slots of each block.
+  // Final norm + the target's lm_head for the drafted slots (the first rows of x_ after the last layer).
   int64_t nout = 0;
-  for (int qi = 0; qi < nq; ++qi)
-    for (int j = 0; j < nslots[qi]; ++j)
-      rms_norm(&x_[size_t((int64_t(qi) * S + j) * H)], final_norm_.data(), H, cfg_.rms_eps, &a_[size_t((nout++) * H)]);
+  for (int qi = 0; qi < nq; ++qi) nout += nslots[qi];
+  for (int64_t t = 0; t < nout; ++t) rms_norm(&x_[size_t(t * H)], final_norm_.data(), H, cfg_.rms_eps, &a_[size_t(t * H)]);
   linear_forward(target_.weights().lm_head(), a_.data(), nout, out);
   conf_rows_ = nout;
 }
