@@ -218,6 +218,8 @@ class Engine {
   void install_on_computed();
   bool save_decode_ = false;
   bool check_stop(Sequence* s, RequestOutput& out);
+  // Samples the plain (non-speculative) rows of the step, requests in parallel (see engine.cpp).
+  void sample_plain_rows(const std::vector<ScheduledChunk>& plan);
   // Emits token t for s (logprobs from `logits`, the raw target row); true when s finished.
   bool emit(Sequence* s, int32_t t, const float* logits, RequestOutput& out);
 
@@ -259,6 +261,15 @@ class Engine {
   const StepCostModel& cost_model() const { return cost_override_ ? *cost_override_ : step_cost_; }
   std::unique_ptr<Speculator> spec_;  // null when speculative decoding is off
   std::vector<ScheduledChunk> accepted_chunks_;
+  // sample_plain_rows: this step's token per chunk (-1: not sampled there), and its work list.
+  struct SampleJob {
+    size_t chunk;
+    const float* logits;
+    const uint64_t* allowed;
+  };
+  std::vector<int32_t> sampled_;
+  std::vector<const float*> chunk_logits_;  // the first logits row of each chunk of the step
+  std::vector<SampleJob> sample_jobs_;
 };
 
 }  // namespace m3

@@ -10,6 +10,7 @@
 #include "engine/kv_page_codec.h"
 #include "base/error.h"
 #include "kernels/cpu/linear.h"
+#include "kernels/cpu/worker_pool.h"
 #include "structured/matcher.h"
 
 namespace m3 {
@@ -334,29 +335,41 @@ void Speculator::propose(const std::vector<ScheduledChunk>& plan) {
       }
     // The Markov bias enters before the sampling transforms.
     draft_->add_markov(mprev_.data(), mrows_.data(), int(mprev_.size()));
+    // The head reads the slot's normed hidden state and the token its Markov bias follows (the draft's
+    // workspace: on this thread), and each constraint's mask is built here too.
+    masks_.assign(nq, nullptr);
     for (size_t qi = 0; qi < nq; ++qi) {
       if (j >= slots_[qi]) continue;
-      Sequence* s = plan[chunks_[qi]].seq;
-      const int64_t row = zrow_[qi] + j;
-      const float* z = &z_[size_t(row * V)];
-      float* q = &q_[size_t(row * V)];
-      std::optional<structured::Matcher>& fork = forks_[qi];
-      // The head reads the slot's normed hidden state and the token its Markov bias follows.
-      if (cfg_.adaptive_verification) conf_[size_t(row)] = draft_->confidence(row, prev_[qi]);
-      s->sampler.distribution(z, V, s->prompt, prefixes_[qi], q, fork ? fork->mask() : nullptr);
-      int32_t t;
-      if (greedy_ || s->params.temperature <= 0.0f) {
-        // Argmax after the request's penalties; q becomes one-hot (already so at temperature 0).
-        t = int32_t(std::max_element(q, q + V) - q);
-        std::fill(q, q + V, 0.0f);
-        q[t] = 1.0f;
-      } else {
-        t = s->sampler.draw(q, V);
+      if (cfg_.adaptive_verification) conf_[size_t(zrow_[qi] + j)] = draft_->confidence(zrow_[qi] + j, prev_[qi]);
+      if (forks_[qi]) masks_[qi] = forks_[qi]->mask();
+    }
+    // Each request's distribution and draw over the worker pool (speed, as in verify_all; a request's
+    // sampler, history and rows are its own).
+    WorkerPool::parallel_for(int64_t(nq), 1, [&](int64_t lo, int64_t hi) {
+      for (int64_t qi = lo; qi < hi; ++qi) {
+        if (j >= slots_[size_t(qi)]) continue;
+        Sequence* s = plan[chunks_[size_t(qi)]].seq;
+        const int64_t row = zrow_[size_t(qi)] + j;
+        float* q = &q_[size_t(row * V)];
+        s->sampler.distribution(&z_[size_t(row * V)], V, s->prompt, prefixes_[size_t(qi)], q, masks_[size_t(qi)]);
+        int32_t t;
+        if (greedy_ || s->params.temperature <= 0.0f) {
+          // Argmax after the request's penalties; q becomes one-hot (already so at temperature 0).
+          t = int32_t(std::max_element(q, q + V) - q);
+          std::fill(q, q + V, 0.0f);
+          q[t] = 1.0f;
+        } else {
+          t = s->sampler.draw(q, V);
+        }
+        prev_[size_t(qi)] = t;
       }
+    });
+    for (size_t qi = 0; qi < nq; ++qi) {
+      if (j >= slots_[qi]) continue;
+      const int32_t t = prev_[qi];
       drafts_[chunks_[qi]].push_back(t);
       prefixes_[qi].push_back(t);
-      prev_[qi] = t;
-      if (fork) fork->advance(t);
+      if (forks_[qi]) forks_[qi]->advance(t);
     }
   }
 }
@@ -375,11 +388,29 @@ void Speculator::cut_by_confidence(std::vector<ScheduledChunk>& plan) {
   }
 }
 
+void Speculator::verify_all(const std::vector<ScheduledChunk>& plan, const float* const* logits) {
+  verify_chunks_.clear();
+  for (size_t i = 0; i < plan.size(); ++i)
+    if (plan[i].spec) verify_chunks_.push_back(i);
+  if (outcomes_.size() < plan.size()) outcomes_.resize(plan.size());
+  // Requests over the worker pool (speed: each verified row is a distribution over the vocabulary, and
+  // a step verifies several rows per request). A request's sampler and outcome are its own.
+  WorkerPool::parallel_for(int64_t(verify_chunks_.size()), 1, [&](int64_t lo, int64_t hi) {
+    for (int64_t k = lo; k < hi; ++k) {
+      const size_t i = verify_chunks_[size_t(k)];
+      verify(plan[i], i, logits[i]);
+    }
+  });
+}
+
 void Speculator::verify(const ScheduledChunk& c, size_t ci, const float* logits) {
   const int64_t V = vocab_;
   Sequence* s = c.seq;
   const std::vector<int32_t>& d = drafts_[ci];
   const int gamma = int(c.spec);
+  // This thread's target distributions and token history (verify_all runs chunks on several threads).
+  thread_local std::vector<float> p_;
+  thread_local std::vector<int32_t> prefix_;
   if (p_.size() < size_t((gamma + 1) * V)) p_.resize(size_t((gamma + 1) * V));
   prefix_ = s->output;
   // Structured output: every target distribution P_i is the masked one (the constraint's state
@@ -399,8 +430,7 @@ void Speculator::verify(const ScheduledChunk& c, size_t ci, const float* logits)
     if (fork && !fork->advance(d[size_t(i)])) verified = i;
     else prefix_.push_back(d[size_t(i)]);
   }
-  if (outcomes_.size() <= ci) outcomes_.resize(ci + 1);
-  VerifyOutcome& out = outcomes_[ci];
+  VerifyOutcome& out = outcomes_.at(ci);  // sized by verify_all, before the threads
   // The draft rows of this chunk in q_ follow the rows of the chunks before it.
   VerifyInput in{verified, V, d.data(), p_.data(), &q_[size_t(qrow_[ci] * V)]};
   if (rejection_ == RejectionMethod::Synthetic) out = verify_synthetic(in, synthetic_rates_, s->sampler);

@@ -74,14 +74,18 @@ class Speculator {
   const std::vector<int32_t>& drafts(size_t chunk) const { return drafts_[chunk]; }
   // The forward's tap rows (the draft's input), `rows` tokens of the step.
   float* taps(int64_t rows);
-  // Chunk `chunk` (a speculative one); `logits` are the target's rows for its anchor and drafts.
-  void verify(const ScheduledChunk& c, size_t chunk, const float* logits);
+  // Every speculative chunk of the plan, requests in parallel; logits[i] are the target's rows for
+  // chunk i's anchor and drafts.
+  void verify_all(const std::vector<ScheduledChunk>& plan, const float* const* logits);
   const VerifyOutcome& outcome(size_t chunk) const { return outcomes_[chunk]; }
   void keep_accepted(const std::vector<ScheduledChunk>& plan);
   void count(const ScheduledChunk& c, const VerifyOutcome& v);  // the spec_* counters
   void fill_stats(EngineStats& st) const;
 
  private:
+  // Chunk `chunk` (a speculative one); `logits` are the target's rows for its anchor and drafts. Safe
+  // on several threads for distinct chunks (its buffers are the thread's own).
+  void verify(const ScheduledChunk& c, size_t chunk, const float* logits);
   SpeculativeConfig cfg_;
   int64_t vocab_ = 0;
   std::unique_ptr<DSparkDraft> draft_;
@@ -92,7 +96,7 @@ class Speculator {
   std::vector<double> synthetic_rates_;
   // Per step, reused: draft logits, draft distributions q (chunk i's rows from qrow_[i]), target
   // distributions p of the chunk being verified, drafts and outcomes per chunk.
-  std::vector<float> taps_, z_, q_, p_;
+  std::vector<float> taps_, z_, q_;
   std::vector<int64_t> qrow_;
   // propose(): per drafting request (in plan order) its slot count, chunk index, first row of z_ and
   // q_ (zrow_[nq] = all rows), token history, constraint fork and last token; one position's Markov
@@ -105,8 +109,9 @@ class Speculator {
   std::vector<std::optional<structured::Matcher>> forks_;
   std::vector<int32_t> prev_, mprev_;
   std::vector<std::vector<int32_t>> drafts_;
-  std::vector<int32_t> prefix_;
   std::vector<VerifyOutcome> outcomes_;
+  std::vector<size_t> verify_chunks_;     // verify_all's speculative chunks
+  std::vector<const uint64_t*> masks_;   // propose(): one position's constraint masks per request
   std::vector<DraftQuery> queries_;
   std::vector<DraftContextRows> ctx_rows_;
   std::vector<std::unique_ptr<PagedKV>> views_;

@@ -18,6 +18,7 @@
 #include <functional>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <omp.h>
 
 #include "chi_square.h"
 #include "engine_test_util.h"
@@ -625,6 +626,45 @@ TEST(SpecEngine, AdaptiveDraftCountNeverChangesGreedyOutput) {
   std::printf("drafts verified: fixed %lld in %lld steps, adaptive %lld in %lld steps\n",
               (long long)st_fixed.spec_draft_tokens, (long long)st_fixed.spec_drafts,
               (long long)st_adaptive.spec_draft_tokens, (long long)st_adaptive.spec_drafts);
+}
+
+// Sampled requests draw on their own random streams while the engine samples several requests at once
+// on the worker pool (plain rows, the draft's distributions and the verification of each speculative
+// chunk): seeded outputs are the same token for token with one thread and with two, with speculation
+// (every step verifies its drafts) and without.
+TEST(SpecEngine, SeededSampledOutputIndependentOfThreads) {
+  const auto prompts = demo_prompts();
+  auto run = [&](int threads, bool spec) {
+    const int saved = omp_get_max_threads();
+    omp_set_num_threads(threads);
+    EngineConfig c = spec ? spec_config(3, "block") : EngineConfig{};
+    c.num_pages = 64;
+    if (spec) c.spec.adaptive = false;
+    Engine e(demo(), &demo_tok(), c);
+    for (int i = 0; i < 6; ++i) {
+      SamplingParams p;
+      p.temperature = 1.0f;
+      p.top_p = 0.9f;
+      p.has_seed = true;
+      p.seed = 77 + uint64_t(i);
+      p.max_tokens = 24;
+      p.ignore_eos = true;
+      e.add_request("r" + std::to_string(i), prompts[size_t(i)], p);
+    }
+    auto out = m3test::drain(e);
+    const auto st = e.stats();
+    omp_set_num_threads(saved);
+    if (spec) EXPECT_GT(st.spec_drafts, 0);
+    return out;
+  };
+  for (bool spec : {false, true}) {
+    const auto one = run(1, spec), two = run(2, spec);
+    ASSERT_EQ(one.size(), 6u);
+    for (const auto& [id, f] : one) {
+      EXPECT_EQ(two.at(id).tokens, f.tokens) << id << (spec ? " speculative" : " plain");
+      EXPECT_EQ(f.tokens.size(), 24u) << id;
+    }
+  }
 }
 
 // Rows so dear (a fake: 10 ms + 1 s per decode row) that no draft can pay: the first request speculates
