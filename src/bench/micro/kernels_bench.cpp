@@ -233,6 +233,36 @@ void BM_prefill_products(benchmark::State& state) {
 }
 BENCHMARK(BM_prefill_products)->ArgsProduct({benchmark::CreateDenseRange(0, 5, 1), {0, 1}})->UseRealTime();
 
+// The routed experts' products at the token counts a chunked prefill step gives each expert (a chunk
+// of C tokens over 32 experts at top-4: C / 8 each): range(0) = 0: gate and up (64 NVFP4 matrices of
+// 512 x 2048), 1: down (32 of 2048 x 512); range(1) = tokens per expert.
+void BM_expert_products(benchmark::State& state) {
+  const bool down = state.range(0) != 0;
+  const int64_t T = state.range(1), K = down ? 512 : 2048, N = down ? 2048 : 512;
+  const int count = down ? 32 : 64;
+  std::vector<Matrix> mats;
+  mats.reserve(size_t(count));
+  for (int i = 0; i < count; ++i) {
+    mats.emplace_back(LinearKind::NVFP4, N, K, uint32_t(200 + i));
+    mats.back().hold_as_engine(false, false);
+  }
+  const std::vector<float> x = normal_x(T * K);
+  std::vector<std::vector<float>> y;
+  std::vector<m3::LinearJob> jobs;
+  for (Matrix& m : mats) {
+    y.emplace_back(size_t(T * N));
+    jobs.push_back({&m.L, x.data(), T, y.back().data()});
+  }
+  for (auto _ : state) {
+    m3::linear_forward_many(jobs.data(), int(jobs.size()));
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * double(N * K * T) * count * double(state.iterations()),
+                                                 benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
+  state.SetLabel(std::string(down ? "experts down" : "experts gate+up") + " isa=" + m3::cpu_ops().name);
+}
+BENCHMARK(BM_expert_products)->ArgsProduct({{0, 1}, {1, 4, 8, 11, 12, 16, 24, 32, 48, 64, 128}})->UseRealTime();
+
 // The mid preset's lm_head: one BF16 matrix of 32768 x 2048 (134 MB, larger than the last-level
 // cache), one token: the largest single read of a decode step. range(0): 0 = row-major bytes, 1 =
 // tiled for decode (as weights read into memory), 2 = tiled and packed as this ISA's decode step reads
