@@ -11,6 +11,22 @@
 
 namespace m3 {
 
+namespace {
+// A thread's working buffers for every Sampler call on it (see sampler.h), grown only.
+struct SamplerScratch {
+  std::vector<float> work, masked;
+  std::vector<int32_t> counts;
+  std::vector<uint8_t> seen;
+  std::vector<int32_t> idx;
+  std::vector<std::pair<float, int32_t>> cand, tmp;
+  std::vector<double> prob;
+};
+SamplerScratch& scratch() {
+  thread_local SamplerScratch s;
+  return s;
+}
+}  // namespace
+
 void SamplingParams::validate() const {
   auto bad = [](const std::string& f, const std::string& why) { throw Error(f + ": " + why); };
   if (!(temperature >= 0.0f) || temperature > 100.0f) bad("temperature", "must be in [0, 100]");
@@ -29,12 +45,13 @@ void SamplingParams::validate() const {
 Sampler::Sampler(const SamplingParams& p) : p_(p), rng_(p.seed) {}
 
 const float* Sampler::masked(const float* logits, int64_t V, const uint64_t* allowed) {
+  SamplerScratch& w = scratch();
   if (!allowed) return logits;
-  masked_.resize(size_t(V));
+  w.masked.resize(size_t(V));
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
   // A word at a time: masks are mostly runs (all allowed inside a string, nearly none at a
   // structural position), so whole words are copied or filled and only mixed ones test each bit.
-  float* out = masked_.data();
+  float* out = w.masked.data();
   for (int64_t base = 0; base < V; base += 64) {
     const uint64_t m = allowed[base >> 6];
     const int64_t n = std::min<int64_t>(64, V - base);
@@ -43,29 +60,30 @@ const float* Sampler::masked(const float* logits, int64_t V, const uint64_t* all
     else
       for (int64_t j = 0; j < n; ++j) out[base + j] = (m >> j) & 1 ? logits[base + j] : kNegInf;
   }
-  return masked_.data();
+  return w.masked.data();
 }
 
 const float* Sampler::penalized(const float* logits, int64_t V, const std::vector<int32_t>& prompt,
                                 const std::vector<int32_t>& output) {
+  SamplerScratch& w = scratch();
   // Penalties (vLLM semantics): repetition over prompt + output, presence / frequency over output.
   if (p_.repetition_penalty == 1.0f && p_.presence_penalty == 0.0f && p_.frequency_penalty == 0.0f) return logits;
-  work_.assign(logits, logits + V);
-  float* x = work_.data();
-  counts_.assign(size_t(V), 0);
+  w.work.assign(logits, logits + V);
+  float* x = w.work.data();
+  w.counts.assign(size_t(V), 0);
   for (int32_t t : output)
-    if (t >= 0 && t < V) ++counts_[t];
+    if (t >= 0 && t < V) ++w.counts[t];
   if (p_.repetition_penalty != 1.0f) {
-    seen_.assign(size_t(V), 0);
+    w.seen.assign(size_t(V), 0);
     for (int32_t t : prompt)
-      if (t >= 0 && t < V) seen_[t] = 1;
+      if (t >= 0 && t < V) w.seen[t] = 1;
     for (int32_t t : output)
-      if (t >= 0 && t < V) seen_[t] = 1;
+      if (t >= 0 && t < V) w.seen[t] = 1;
     for (int64_t i = 0; i < V; ++i)
-      if (seen_[i]) x[i] = x[i] > 0 ? x[i] / p_.repetition_penalty : x[i] * p_.repetition_penalty;
+      if (w.seen[i]) x[i] = x[i] > 0 ? x[i] / p_.repetition_penalty : x[i] * p_.repetition_penalty;
   }
   for (int64_t i = 0; i < V; ++i)
-    if (counts_[i]) x[i] -= p_.frequency_penalty * float(counts_[i]) + p_.presence_penalty;
+    if (w.counts[i]) x[i] -= p_.frequency_penalty * float(w.counts[i]) + p_.presence_penalty;
   return x;
 }
 
@@ -107,25 +125,26 @@ void Sampler::sort_by_logit(std::vector<std::pair<float, int32_t>>& a, std::vect
 }
 
 int64_t Sampler::candidates(const float* x, int64_t V) {
-  cand_.resize(size_t(V));
-  for (int64_t i = 0; i < V; ++i) cand_[i] = {x[i], int32_t(i)};
+  SamplerScratch& w = scratch();
+  w.cand.resize(size_t(V));
+  for (int64_t i = 0; i < V; ++i) w.cand[i] = {x[i], int32_t(i)};
   auto by_logit = [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };
   int64_t n = V;
   if (p_.top_k > 0 && p_.top_k < V) {
-    std::partial_sort(cand_.begin(), cand_.begin() + p_.top_k, cand_.end(), by_logit);
+    std::partial_sort(w.cand.begin(), w.cand.begin() + p_.top_k, w.cand.end(), by_logit);
     n = p_.top_k;
   } else {
-    sort_by_logit(cand_, tmp_);
+    sort_by_logit(w.cand, w.tmp);
   }
-  const double mx = cand_[0].first;
-  prob_.resize(size_t(n));
+  const double mx = w.cand[0].first;
+  w.prob.resize(size_t(n));
   double sum = 0;
-  for (int64_t i = 0; i < n; ++i) sum += prob_[i] = std::exp((double(cand_[i].first) - mx) / p_.temperature);
+  for (int64_t i = 0; i < n; ++i) sum += w.prob[i] = std::exp((double(w.cand[i].first) - mx) / p_.temperature);
   if (p_.top_p < 1.0f) {
     double acc = 0;
     int64_t keep = n;
     for (int64_t i = 0; i < n; ++i) {
-      acc += prob_[i] / sum;
+      acc += w.prob[i] / sum;
       if (acc >= double(p_.top_p)) {
         keep = i + 1;
         break;
@@ -134,9 +153,9 @@ int64_t Sampler::candidates(const float* x, int64_t V) {
     n = keep;
   }
   if (p_.min_p > 0.0f) {
-    const double floor = prob_[0] * p_.min_p;  // prob_[0] is the max
+    const double floor = w.prob[0] * p_.min_p;  // prob[0] is the max
     int64_t keep = 1;
-    while (keep < n && prob_[keep] >= floor) ++keep;
+    while (keep < n && w.prob[keep] >= floor) ++keep;
     n = keep;
   }
   return n;
@@ -146,6 +165,7 @@ bool Sampler::needs_sort(int64_t V) const { return (p_.top_k > 0 && p_.top_k < V
 
 int32_t Sampler::sample(const float* logits, int64_t V, const std::vector<int32_t>& prompt,
                         const std::vector<int32_t>& output, TokenLogprob* lp, const uint64_t* allowed) {
+  SamplerScratch& w = scratch();
   const float* x = penalized(masked(logits, V, allowed), V, prompt, output);
   int32_t chosen;
   if (p_.temperature <= 0.0f) {
@@ -153,14 +173,14 @@ int32_t Sampler::sample(const float* logits, int64_t V, const std::vector<int32_
   } else {
     const int64_t n = candidates(x, V);
     double sum = 0;
-    for (int64_t i = 0; i < n; ++i) sum += prob_[i];
+    for (int64_t i = 0; i < n; ++i) sum += w.prob[i];
     const double r = std::uniform_real_distribution<double>(0.0, 1.0)(rng_) * sum;
     double acc = 0;
-    chosen = cand_[n - 1].second;
+    chosen = w.cand[n - 1].second;
     for (int64_t i = 0; i < n; ++i) {
-      acc += prob_[i];
+      acc += w.prob[i];
       if (r < acc) {
-        chosen = cand_[i].second;
+        chosen = w.cand[i].second;
         break;
       }
     }
@@ -171,6 +191,7 @@ int32_t Sampler::sample(const float* logits, int64_t V, const std::vector<int32_
 
 void Sampler::distribution(const float* logits, int64_t V, const std::vector<int32_t>& prompt,
                            const std::vector<int32_t>& output, float* probs, const uint64_t* allowed) {
+  SamplerScratch& w = scratch();
   const float* x = penalized(masked(logits, V, allowed), V, prompt, output);
   if (p_.temperature <= 0.0f) {
     std::fill(probs, probs + V, 0.0f);
@@ -201,9 +222,9 @@ void Sampler::distribution(const float* logits, int64_t V, const std::vector<int
   }
   const int64_t n = candidates(x, V);
   double sum = 0;
-  for (int64_t i = 0; i < n; ++i) sum += prob_[i];
+  for (int64_t i = 0; i < n; ++i) sum += w.prob[i];
   std::fill(probs, probs + V, 0.0f);
-  for (int64_t i = 0; i < n; ++i) probs[cand_[i].second] = float(prob_[i] / sum);
+  for (int64_t i = 0; i < n; ++i) probs[w.cand[i].second] = float(w.prob[i] / sum);
 }
 
 int32_t Sampler::draw(const float* probs, int64_t V) {
@@ -227,6 +248,7 @@ double Sampler::uniform() {
 }
 
 void Sampler::fill_logprob(const float* logits, int64_t V, int32_t chosen, TokenLogprob* lp) {
+  SamplerScratch& w = scratch();
   if (!lp || p_.logprobs < 0) return;
   // Log-softmax of the raw logits (fp64 sum).
   double mx = logits[0];
@@ -238,12 +260,12 @@ void Sampler::fill_logprob(const float* logits, int64_t V, int32_t chosen, Token
   lp->logprob = float(double(logits[chosen]) - lse);
   lp->top.clear();
   if (p_.logprobs > 0) {
-    idx_.resize(size_t(V));
-    for (int64_t i = 0; i < V; ++i) idx_[i] = int32_t(i);
+    w.idx.resize(size_t(V));
+    for (int64_t i = 0; i < V; ++i) w.idx[i] = int32_t(i);
     const int64_t k = std::min<int64_t>(p_.logprobs, V);
-    std::partial_sort(idx_.begin(), idx_.begin() + k, idx_.end(),
+    std::partial_sort(w.idx.begin(), w.idx.begin() + k, w.idx.end(),
                       [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); });
-    for (int64_t i = 0; i < k; ++i) lp->top.push_back({idx_[i], float(double(logits[idx_[i]]) - lse)});
+    for (int64_t i = 0; i < k; ++i) lp->top.push_back({w.idx[i], float(double(logits[w.idx[i]]) - lse)});
   }
 }
 

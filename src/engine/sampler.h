@@ -78,25 +78,23 @@ class Sampler {
   static void sort_by_logit(std::vector<std::pair<float, int32_t>>& a, std::vector<std::pair<float, int32_t>>& tmp);
 
  private:
-  // Disallowed ids to -inf (into masked_); logits itself when `allowed` is null.
+  // The working buffers below are the calling thread's own (sampler.cpp: SamplerScratch), not the
+  // sampler's: requests are sampled on several threads at once (the engine's sample_plain_rows,
+  // verification), one thread may sample the rows of one request at once, and a request holds no
+  // vocabulary-sized buffers of its own (about 40 bytes a word: 8 MB at 200K words).
+  // Disallowed ids to -inf (into the scratch); logits itself when `allowed` is null.
   const float* masked(const float* logits, int64_t V, const uint64_t* allowed);
-  // Applies the penalties; returns logits itself when there are none, else work_.
+  // Applies the penalties; returns logits itself when there are none, else the scratch's copy.
   const float* penalized(const float* logits, int64_t V, const std::vector<int32_t>& prompt,
                          const std::vector<int32_t>& output);
-  // temperature > 0: sorts the candidates into cand_ (best first) with their unnormalised
-  // probabilities in prob_, applies top-k / top-p / min-p, returns how many are kept.
+  // temperature > 0: sorts the candidates into the scratch's cand (best first) with their unnormalised
+  // probabilities in its prob, applies top-k / top-p / min-p, returns how many are kept.
   int64_t candidates(const float* x, int64_t V);
   // top-k or top-p is active (min-p alone needs no sort).
   bool needs_sort(int64_t V) const;
 
   SamplingParams p_;
   std::mt19937_64 rng_;
-  std::vector<float> work_, masked_;
-  std::vector<int32_t> counts_;
-  std::vector<uint8_t> seen_;
-  std::vector<int32_t> idx_;
-  std::vector<std::pair<float, int32_t>> cand_, tmp_;
-  std::vector<double> prob_;
 };
 
 }  // namespace m3

@@ -423,11 +423,23 @@ void Speculator::verify(const ScheduledChunk& c, size_t ci, const float* logits)
   std::optional<structured::Matcher> fork;
   if (s->constraint) fork.emplace(s->constraint->fork());
   int verified = gamma;
-  for (int i = 0; i <= verified; ++i) {
-    s->sampler.distribution(logits + int64_t(i) * V, V, s->prompt, prefix_, &p_[size_t(i * V)],
-                            fork ? fork->mask() : nullptr);
+  if (!fork) {
+    // The rows over the worker pool (speed: the usual single request's step); row i's history is
+    // the output and the first i drafts. Inside verify_all's own threads this runs on the caller.
+    float* P = p_.data();
+    WorkerPool::parallel_for(gamma + 1, 1, [&](int64_t lo, int64_t hi) {
+      thread_local std::vector<int32_t> hist;
+      for (int64_t i = lo; i < hi; ++i) {
+        hist.assign(s->output.begin(), s->output.end());
+        hist.insert(hist.end(), d.begin(), d.begin() + i);
+        s->sampler.distribution(logits + i * V, V, s->prompt, hist, P + i * V);
+      }
+    });
+  }
+  for (int i = 0; fork && i <= verified; ++i) {
+    s->sampler.distribution(logits + int64_t(i) * V, V, s->prompt, prefix_, &p_[size_t(i * V)], fork->mask());
     if (i == verified) break;
-    if (fork && !fork->advance(d[size_t(i)])) verified = i;
+    if (!fork->advance(d[size_t(i)])) verified = i;
     else prefix_.push_back(d[size_t(i)]);
   }
   VerifyOutcome& out = outcomes_.at(ci);  // sized by verify_all, before the threads
