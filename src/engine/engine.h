@@ -47,8 +47,7 @@ struct EngineConfig {
   int64_t long_prefill_token_threshold = 0;
   // Time-budgeted steps (--step-latency-factor, --max-step-latency-ms; SchedulerConfig has the
   // rule): a step that carries decoding requests takes a prefill chunk only as large as keeps it within
-  // this factor of a decode-only step's measured time (the batch's once the queued prompts join), and
-  // within the ms cap. 0 turns a bound off.
+  // this factor of a decode-only step's measured time, and within the ms cap. 0 turns a bound off.
   double step_latency_factor = 4;
   double max_step_latency_ms = 0;
   int64_t min_prefill_chunk = 32;  // prefill tokens a budgeted step still takes (tests set it lower)

@@ -163,7 +163,7 @@ int64_t Scheduler::prefill_allowance() const {
   constexpr int64_t unbounded = std::numeric_limits<int64_t>::max();
   if (!cost_ || (cfg_.step_latency_factor <= 0 && cfg_.max_step_latency_ms <= 0)) return unbounded;
   // The rows this step's decoding requests will bring: their token, and the drafts they may verify.
-  int64_t rows = 0, decoding = 0;
+  int64_t rows = 0;
   for (const Sequence* s : running_) {
     if (s->num_tokens() - s->num_computed != 1) continue;
     int64_t spec = 0;
@@ -171,17 +171,9 @@ int64_t Scheduler::prefill_allowance() const {
       spec = std::clamp<int64_t>(int64_t(s->params.max_tokens) - int64_t(s->output.size()) - 1, 0,
                                  cfg_.num_speculative_tokens);
     rows += 1 + spec;
-    ++decoding;
   }
   if (rows == 0 || !cost_->prefill_measured()) return unbounded;  // nobody waits, or nothing to size by
-  // The budget is relative to the decode-only step of the batch these requests will be in once the
-  // prompts being read and queued have joined it (a row each, up to max_num_seqs): their steps will
-  // take that long anyway, so holding the prefill to a multiple of today's smaller step would only
-  // read the queue in many small, slow chunks (a burst of 32 prompts was read 80-170 tokens at a time
-  // beside 5-19 decoding requests, at 1.5-1.7 ms a token against 1.3 in large chunks).
-  const int64_t joining = int64_t(running_.size()) - decoding + int64_t(waiting_.size());
-  const int64_t rows_then = rows + std::clamp<int64_t>(int64_t(cfg_.max_num_seqs) - decoding, 0, joining);
-  const double base = cost_->predict_ms(0, rows_then);
+  const double base = cost_->predict_ms(0, rows);
   if (base < 0) return unbounded;
   double budget = std::numeric_limits<double>::infinity();
   if (cfg_.step_latency_factor > 0) budget = cfg_.step_latency_factor * base;

@@ -39,9 +39,8 @@ struct SchedulerConfig {
   // (take_load_failures) instead of being recomputed.
   bool fail_on_load_error = false;
   // Latency budget of a step that carries decode rows (needs a cost model, set_cost_model): its
-  // predicted time stays within step_latency_factor x that of a decode-only step of its decode rows
-  // plus one row for each prompt being read or queued (up to max_num_seqs rows: the batch they will
-  // be in), and within max_step_latency_ms; 0 turns either bound off (both 0: token budgets only, as before).
+  // predicted time stays within step_latency_factor x that of a decode-only step of the same rows and
+  // within max_step_latency_ms; 0 turns either bound off (both 0: token budgets only, as before).
   // Its prefill chunks shrink to fit, but together take at least min_prefill_chunk tokens.
   double step_latency_factor = 0;
   double max_step_latency_ms = 0;

@@ -1,7 +1,6 @@
 // Time-budgeted steps (SchedulerConfig::step_latency_factor / max_step_latency_ms): with a FAKE step cost
 // model of exactly known costs, the prefill chunk of a step that carries decode rows is the largest that
-// keeps the step within its budget (relative to the decode-only step of the batch once the prompts being
-// read and queued join it), never below min_prefill_chunk, the full token budget when nothing
+// keeps the step within its budget, never below min_prefill_chunk, the full token budget when nothing
 // decodes, and the token-budget flags stay upper bounds. Also the fitted cost model on exact data, and
 // the engine: the budget changes how prompts are chunked, never a greedy output.
 #include <gtest/gtest.h>
@@ -77,24 +76,23 @@ TEST(SchedulerBudget, ChunkIsTheLargestWithinTheBudget) {
   Fixture f(config(4));
   f.decoding(4);
   f.add(1000);
-  // The 4 decoding requests and the prompt make a batch of 5: its decode-only step 15 ms; budget 4 x 15
-  // = 60 ms; this step (4 rows) 14 + 2 P <= 60 -> P = 23.
-  EXPECT_EQ(f.sched->prefill_allowance(), 23);
+  // Decode-only step of 4 rows: 14 ms; budget 4 x 14 = 56 ms; 14 + 2 P <= 56 -> P = 21.
+  EXPECT_EQ(f.sched->prefill_allowance(), 21);
   const auto plan = f.sched->schedule();
   ASSERT_EQ(plan.size(), 5u);
-  EXPECT_EQ(plan.back().n, 23);
+  EXPECT_EQ(plan.back().n, 21);
   EXPECT_FALSE(plan.back().sample);
   const auto [p, d] = Fixture::shape(plan);
   EXPECT_EQ(d, 4);
-  EXPECT_LE(f.cost.predict_ms(p, d), 4 * f.cost.predict_ms(0, d + 1));
-  EXPECT_GT(f.cost.predict_ms(p + 1, d), 4 * f.cost.predict_ms(0, d + 1));
+  EXPECT_LE(f.cost.predict_ms(p, d), 4 * f.cost.predict_ms(0, d));
+  EXPECT_GT(f.cost.predict_ms(p + 1, d), 4 * f.cost.predict_ms(0, d));
   // The unfinished prompt continues with the next allowance while the others keep decoding.
   f.sched->commit(plan);
   for (size_t i = 0; i < 4; ++i) plan[i].seq->output.push_back(7);
   const auto next = f.sched->schedule();
   ASSERT_EQ(next.size(), 5u);
-  EXPECT_EQ(next.back().start, 23);
-  EXPECT_EQ(next.back().n, 23);
+  EXPECT_EQ(next.back().start, 21);
+  EXPECT_EQ(next.back().n, 21);
 }
 
 TEST(SchedulerBudget, PromptsShareTheAllowanceInOrder) {
@@ -104,12 +102,11 @@ TEST(SchedulerBudget, PromptsShareTheAllowanceInOrder) {
   f.add(1000);
   f.add(30);
   const auto plan = f.sched->schedule();
-  // A batch of 7 once the three prompts join: 17 ms, budget 68 ms, 14 + 2 P <= 68 -> 27 tokens: all 15
-  // of the first prompt, 12 of the second, none left to admit the third.
+  // 21 tokens: all 15 of the first prompt, 6 of the second, none left to admit the third.
   ASSERT_EQ(plan.size(), 6u);
   EXPECT_EQ(plan[4].n, 15);
   EXPECT_TRUE(plan[4].sample);
-  EXPECT_EQ(plan[5].n, 12);
+  EXPECT_EQ(plan[5].n, 6);
   EXPECT_EQ(f.sched->num_waiting(), 1u);
 }
 
@@ -150,7 +147,7 @@ TEST(SchedulerBudget, TokenBudgetFlagsStayUpperBounds) {
   }
   {
     auto c = config(4);
-    c.long_prefill_token_threshold = 10;  // below the time budget's 23: the threshold wins
+    c.long_prefill_token_threshold = 10;  // below the time budget's 21: the threshold wins
     Fixture f(c);
     f.decoding(4);
     f.add(1000);
@@ -166,10 +163,10 @@ TEST(SchedulerBudget, MillisecondCapAndFactorBothBound) {
     EXPECT_EQ(f.sched->schedule().back().n, 13);
   }
   {
-    Fixture f(config(4, 1000));  // the factor's 60 ms is the tighter bound
+    Fixture f(config(4, 1000));  // the factor's 56 ms is the tighter bound
     f.decoding(4);
     f.add(1000);
-    EXPECT_EQ(f.sched->schedule().back().n, 23);
+    EXPECT_EQ(f.sched->schedule().back().n, 21);
   }
 }
 
@@ -195,29 +192,11 @@ TEST(SchedulerBudget, SpeculativeRowsCountAsDecodeRows) {
   Fixture f(c);
   f.decoding(2);
   f.add(1000);
-  // 2 rows x (anchor + 3 drafts) = 8 rows, and a row for the prompt: 19 ms; 76 ms budget; this step
-  // 18 + 2 P <= 76 -> 29.
+  // 2 rows x (anchor + 3 drafts) = 8 rows: 18 ms; 72 ms budget; 18 + 2 P <= 72 -> 27.
   const auto plan = f.sched->schedule();
   ASSERT_EQ(plan.size(), 3u);
   EXPECT_EQ(plan[0].spec, 3);
-  EXPECT_EQ(plan.back().n, 29);
-}
-
-// A burst of prompts behind a few decoding requests: the budget is that of the batch they will all be
-// in (at most max_num_seqs rows), so the queue is read in larger chunks than the few rows alone allow.
-TEST(SchedulerBudget, QueuedPromptsWidenTheBudgetUpToMaxNumSeqs) {
-  auto c = config(4);
-  c.max_num_seqs = 8;
-  Fixture f(c);
-  f.decoding(2);
-  for (int i = 0; i < 20; ++i) f.add(1000);
-  // 2 decoding + 6 of the 20 queued (the batch holds 8): 18 ms, budget 72 ms; this step 12 + 2 P <= 72.
-  EXPECT_EQ(f.sched->prefill_allowance(), 30);
-  // Without the queue (one prompt behind them): a batch of 3, 13 ms, budget 52; 12 + 2 P <= 52.
-  Fixture g(c);
-  g.decoding(2);
-  g.add(1000);
-  EXPECT_EQ(g.sched->prefill_allowance(), 20);
+  EXPECT_EQ(plan.back().n, 27);
 }
 
 TEST(FittedStepCost, RecoversALinearCostAndStaysNonNegative) {
