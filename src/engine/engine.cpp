@@ -519,19 +519,15 @@ void Engine::sample_plain_rows(const std::vector<ScheduledChunk>& plan) {
   const int64_t V = model_.config().vocab;
   sampled_.assign(plan.size(), -1);
   sample_jobs_.clear();
-  int64_t lrow = 0;
   for (size_t i = 0; i < plan.size(); ++i) {
     const ScheduledChunk& c = plan[i];
-    const float* rows = logits_.data() + lrow * V;
-    lrow += items_[i].n - items_[i].logits_from;
-    if (!c.sample || c.spec) continue;
-    sample_jobs_.push_back({i, rows, c.seq->constraint ? c.seq->constraint->mask() : nullptr});
+    if (c.sample && !c.spec) sample_jobs_.push_back({i, c.seq->constraint ? c.seq->constraint->mask() : nullptr});
   }
   WorkerPool::parallel_for(int64_t(sample_jobs_.size()), 1, [&](int64_t lo, int64_t hi) {
     for (int64_t k = lo; k < hi; ++k) {
       const SampleJob& j = sample_jobs_[size_t(k)];
       Sequence* s = plan[j.chunk].seq;
-      sampled_[j.chunk] = s->sampler.sample(j.logits, V, s->prompt, s->output, nullptr, j.allowed);
+      sampled_[j.chunk] = s->sampler.sample(chunk_logits_[j.chunk], V, s->prompt, s->output, nullptr, j.allowed);
     }
   });
 }
@@ -642,16 +638,17 @@ std::vector<RequestOutput> Engine::step() {
   model_.forward_batch(items_.data(), int(items_.size()), logits_.data(), AttentionPath::Sparse,
                        spec_ ? spec_->taps(nrows) : nullptr);
   ++stats_.steps;
+  // Each chunk's first logits row (verification, sampling and emit read them).
+  chunk_logits_.resize(plan.size());
+  int64_t lrow = 0;
+  for (size_t i = 0; i < plan.size(); ++i) {
+    chunk_logits_[i] = logits_.data() + lrow * V;
+    lrow += items_[i].n - items_[i].logits_from;
+  }
 
   if (spec_) {
     // How many of each speculative chunk's tokens are kept (anchor + accepted drafts); the draft
     // learns the context of exactly those.
-    int64_t lrow = 0;
-    chunk_logits_.resize(plan.size());
-    for (size_t i = 0; i < plan.size(); ++i) {
-      chunk_logits_[i] = logits_.data() + lrow * V;
-      lrow += items_[i].n - items_[i].logits_from;
-    }
     spec_->verify_all(plan, chunk_logits_.data());
     spec_->keep_accepted(plan);
   }
@@ -660,12 +657,10 @@ std::vector<RequestOutput> Engine::step() {
   sched_->commit(plan);
 
   sample_plain_rows(plan);
-  int64_t lrow = 0;
   std::vector<std::string> done;
   for (size_t i = 0; i < plan.size(); ++i) {
     const ScheduledChunk& c = plan[i];
-    const float* rows = logits_.data() + lrow * V;
-    lrow += items_[i].n - items_[i].logits_from;
+    const float* rows = chunk_logits_[i];
     if (!c.sample) continue;
     Sequence* s = c.seq;
     RequestOutput out;

@@ -264,7 +264,6 @@ class Engine {
   // sample_plain_rows: this step's token per chunk (-1: not sampled there), and its work list.
   struct SampleJob {
     size_t chunk;
-    const float* logits;
     const uint64_t* allowed;
   };
   std::vector<int32_t> sampled_;

@@ -408,11 +408,9 @@ void Speculator::verify(const ScheduledChunk& c, size_t ci, const float* logits)
   Sequence* s = c.seq;
   const std::vector<int32_t>& d = drafts_[ci];
   const int gamma = int(c.spec);
-  // This thread's target distributions and token history (verify_all runs chunks on several threads).
-  thread_local std::vector<float> p_;
-  thread_local std::vector<int32_t> prefix_;
-  if (p_.size() < size_t((gamma + 1) * V)) p_.resize(size_t((gamma + 1) * V));
-  prefix_ = s->output;
+  // This thread's target distributions (verify_all runs chunks on several threads).
+  thread_local std::vector<float> p;
+  if (p.size() < size_t((gamma + 1) * V)) p.resize(size_t((gamma + 1) * V));
   // Structured output: every target distribution P_i is the masked one (the constraint's state
   // after anchor, d_1..d_i, walked on a fork: the request's matcher advances in emit() over the
   // tokens kept only), exactly what the non-speculative step samples from. The draft's q_i were
@@ -423,10 +421,10 @@ void Speculator::verify(const ScheduledChunk& c, size_t ci, const float* logits)
   std::optional<structured::Matcher> fork;
   if (s->constraint) fork.emplace(s->constraint->fork());
   int verified = gamma;
+  float* P = p.data();
   if (!fork) {
     // The rows over the worker pool (speed: the usual single request's step); row i's history is
     // the output and the first i drafts. Inside verify_all's own threads this runs on the caller.
-    float* P = p_.data();
     WorkerPool::parallel_for(gamma + 1, 1, [&](int64_t lo, int64_t hi) {
       thread_local std::vector<int32_t> hist;
       for (int64_t i = lo; i < hi; ++i) {
@@ -435,16 +433,19 @@ void Speculator::verify(const ScheduledChunk& c, size_t ci, const float* logits)
         s->sampler.distribution(logits + i * V, V, s->prompt, hist, P + i * V);
       }
     });
-  }
-  for (int i = 0; fork && i <= verified; ++i) {
-    s->sampler.distribution(logits + int64_t(i) * V, V, s->prompt, prefix_, &p_[size_t(i * V)], fork->mask());
-    if (i == verified) break;
-    if (!fork->advance(d[size_t(i)])) verified = i;
-    else prefix_.push_back(d[size_t(i)]);
+  } else {
+    thread_local std::vector<int32_t> prefix;
+    prefix = s->output;
+    for (int i = 0; i <= verified; ++i) {
+      s->sampler.distribution(logits + int64_t(i) * V, V, s->prompt, prefix, P + int64_t(i) * V, fork->mask());
+      if (i == verified) break;
+      if (!fork->advance(d[size_t(i)])) verified = i;
+      else prefix.push_back(d[size_t(i)]);
+    }
   }
   VerifyOutcome& out = outcomes_.at(ci);  // sized by verify_all, before the threads
   // The draft rows of this chunk in q_ follow the rows of the chunks before it.
-  VerifyInput in{verified, V, d.data(), p_.data(), &q_[size_t(qrow_[ci] * V)]};
+  VerifyInput in{verified, V, d.data(), P, &q_[size_t(qrow_[ci] * V)]};
   if (rejection_ == RejectionMethod::Synthetic) out = verify_synthetic(in, synthetic_rates_, s->sampler);
   else if (s->params.temperature <= 0.0f) out = verify_greedy(in);
   else if (rejection_ == RejectionMethod::Block) out = verify_block(in, s->sampler);

@@ -264,10 +264,6 @@ inline void softmax_update(SoftmaxRow& s, float score, const float* vrow, int D)
   for (int d = 0; d < D; ++d) s.acc[d] += p * vrow[d];
 }
 
-// The score's dot product through the kernel table (speed: a plain loop is one dependent chain of D
-// adds, which GCC keeps in order; the draft's attention was then a third of its block pass).
-inline float dotf(const float* a, const float* b, int n) { return cpu_ops().dot(a, b, n); }
-
 }  // namespace
 
 void DSparkDraft::propose(const DraftQuery* queries, int nq, int nslots, float* out) {
@@ -322,7 +318,10 @@ void DSparkDraft::propose(const DraftQuery* queries, int nq, const int* nslots, 
         rope_apply(kh, cfg_.rotary_dim, cs, sn);
       }
     }
-    // Attention: windowed context (from the KVView) + all S block slots, non-causal.
+    // Attention: windowed context (from the KVView) + all S block slots, non-causal. Scores through the
+    // kernel table's dot product (speed: a plain loop is one dependent chain of D adds, which GCC keeps
+    // in order: 0.7 ms of a 5.5 ms block pass on mid m31).
+    const CpuOps& ops = cpu_ops();
     const int work = nq * cfg_.n_kv_heads;
     const int chunk = queries[0].kv ? queries[0].kv->chunk() : 128;
     // (group, query) items claimed from a counter over the worker pool; each participant's buffers are
@@ -357,7 +356,7 @@ void DSparkDraft::propose(const DraftQuery* queries, int nq, const int* nslots, 
               SoftmaxRow& s = st[size_t(j * G + hh)];
               const float* qv = qrow(j, hh);
               for (int64_t t = from; t < lo + n; ++t)
-                softmax_update(s, dotf(qv, K + (t - lo) * ks, int(D)) * scale, Vv + (t - lo) * vs, int(D));
+                softmax_update(s, ops.dot(qv, K + (t - lo) * ks, D) * scale, Vv + (t - lo) * vs, int(D));
             }
           }
           lo += n;
@@ -367,7 +366,7 @@ void DSparkDraft::propose(const DraftQuery* queries, int nq, const int* nslots, 
             SoftmaxRow& s = st[size_t(j * G + hh)];
             const float* qv = qrow(j, hh);
             for (int r2 = 0; r2 < S; ++r2)
-              softmax_update(s, dotf(qv, &k_[size_t((base + r2) * KW + g * D)], int(D)) * scale,
+              softmax_update(s, ops.dot(qv, &k_[size_t((base + r2) * KW + g * D)], D) * scale,
                              &v_[size_t((base + r2) * KW + g * D)], int(D));
             float* o = &att_[size_t((base + j) * QW + (int64_t(g) * G + hh) * D)];
             for (int d = 0; d < D; ++d) o[d] = s.acc[d] / s.l;

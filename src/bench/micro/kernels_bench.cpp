@@ -183,6 +183,34 @@ BENCHMARK(BM_linear_resident)
                    {128, 8}})
     ->UseRealTime();
 
+// One linear_forward_many call over matrices of the given row counts (K wide, weights held as the engine
+// holds them), all reading the same T tokens' activations, timed with its GFLOP/s.
+void run_products(benchmark::State& state, LinearKind kind, int64_t K, int64_t T, const std::vector<int64_t>& rows,
+                  bool bf16_act, const std::string& label) {
+  std::vector<Matrix> mats;
+  mats.reserve(rows.size());
+  for (size_t i = 0; i < rows.size(); ++i) {
+    mats.emplace_back(kind, rows[i], K, uint32_t(100 + i));
+    mats.back().hold_as_engine(false, bf16_act);
+  }
+  const std::vector<float> x = normal_x(T * K);
+  std::vector<std::vector<float>> y;
+  std::vector<m3::LinearJob> jobs;
+  double flops = 0;
+  for (Matrix& m : mats) {
+    y.emplace_back(size_t(T * m.L.N));
+    jobs.push_back({&m.L, x.data(), T, y.back().data()});
+    flops += 2.0 * double(m.L.N) * double(K) * double(T);
+  }
+  for (auto _ : state) {
+    m3::linear_forward_many(jobs.data(), int(jobs.size()));
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(flops * double(state.iterations()), benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
+  state.SetLabel(label + " isa=" + m3::cpu_ops().name);
+}
+
 // The matrix products of a 512-token prefill of the mid preset, as the model issues them (one
 // linear_forward_many per group, weights tiled as read into memory): range(0) = 0: the attention's
 // q projection (MXFP8 2048 x 2048, 512 tokens); 1: the routed experts' gate and up products (32
@@ -207,29 +235,8 @@ void BM_prefill_products(benchmark::State& state) {
       {"q k v index-q index-k", LinearKind::MXFP8, 2048, 512, {2048, 512, 512, 512, 128}},
   };
   const Case& c = cases[state.range(0)];
-  const int64_t K = c.K, T = c.T;
-  std::vector<Matrix> mats;
-  mats.reserve(c.rows.size());
-  for (size_t i = 0; i < c.rows.size(); ++i) {
-    mats.emplace_back(c.kind, c.rows[i], K, uint32_t(100 + i));
-    mats.back().hold_as_engine(false, state.range(1) != 0);
-  }
-  const std::vector<float> x = normal_x(T * K);
-  std::vector<std::vector<float>> y;
-  std::vector<m3::LinearJob> jobs;
-  double flops = 0;
-  for (Matrix& m : mats) {
-    y.emplace_back(size_t(T * m.L.N));
-    jobs.push_back({&m.L, x.data(), T, y.back().data()});
-    flops += 2.0 * double(m.L.N) * double(K) * double(T);
-  }
-  for (auto _ : state) {
-    m3::linear_forward_many(jobs.data(), int(jobs.size()));
-    benchmark::DoNotOptimize(y.data());
-  }
-  state.counters["GFLOP/s"] =
-      benchmark::Counter(flops * double(state.iterations()), benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
-  state.SetLabel(std::string(c.label) + (state.range(1) ? " bf16-act" : "") + " isa=" + m3::cpu_ops().name);
+  run_products(state, c.kind, c.K, c.T, c.rows, state.range(1) != 0,
+               std::string(c.label) + (state.range(1) ? " bf16-act" : ""));
 }
 BENCHMARK(BM_prefill_products)->ArgsProduct({benchmark::CreateDenseRange(0, 5, 1), {0, 1}})->UseRealTime();
 
@@ -238,28 +245,9 @@ BENCHMARK(BM_prefill_products)->ArgsProduct({benchmark::CreateDenseRange(0, 5, 1
 // 512 x 2048), 1: down (32 of 2048 x 512); range(1) = tokens per expert.
 void BM_expert_products(benchmark::State& state) {
   const bool down = state.range(0) != 0;
-  const int64_t T = state.range(1), K = down ? 512 : 2048, N = down ? 2048 : 512;
-  const int count = down ? 32 : 64;
-  std::vector<Matrix> mats;
-  mats.reserve(size_t(count));
-  for (int i = 0; i < count; ++i) {
-    mats.emplace_back(LinearKind::NVFP4, N, K, uint32_t(200 + i));
-    mats.back().hold_as_engine(false, false);
-  }
-  const std::vector<float> x = normal_x(T * K);
-  std::vector<std::vector<float>> y;
-  std::vector<m3::LinearJob> jobs;
-  for (Matrix& m : mats) {
-    y.emplace_back(size_t(T * N));
-    jobs.push_back({&m.L, x.data(), T, y.back().data()});
-  }
-  for (auto _ : state) {
-    m3::linear_forward_many(jobs.data(), int(jobs.size()));
-    benchmark::DoNotOptimize(y.data());
-  }
-  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * double(N * K * T) * count * double(state.iterations()),
-                                                 benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
-  state.SetLabel(std::string(down ? "experts down" : "experts gate+up") + " isa=" + m3::cpu_ops().name);
+  run_products(state, LinearKind::NVFP4, down ? 512 : 2048, state.range(1),
+               std::vector<int64_t>(down ? 32 : 64, down ? 2048 : 512), false,
+               down ? "experts down" : "experts gate+up");
 }
 BENCHMARK(BM_expert_products)->ArgsProduct({{0, 1}, {1, 4, 8, 11, 12, 16, 24, 32, 48, 64, 128}})->UseRealTime();
 
