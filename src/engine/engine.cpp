@@ -597,11 +597,12 @@ std::vector<RequestOutput> Engine::step() {
   if (spec_) {
     spec_->choose(plan, cost_model());
     int drafting = 0;
-    for (const ScheduledChunk& c : plan) drafting += c.spec > 0;
+    int64_t slots = 0;
+    for (const ScheduledChunk& c : plan) drafting += c.spec > 0, slots += c.spec;
     const auto d0 = std::chrono::steady_clock::now();
     spec_->propose(plan);
     draft_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - d0).count();
-    spec_->observe_draft(draft_ms, drafting);
+    spec_->observe_draft(draft_ms, drafting, slots);
     spec_->cut_by_confidence(plan);  // enable_adaptive_verification: fewer drafts where the head says so
   }
   items_.resize(plan.size());
@@ -686,14 +687,15 @@ std::vector<RequestOutput> Engine::step() {
     outs.push_back(std::move(out));
   }
   for (const auto& id : done) seqs_.erase(id);
-  // The step's measured cost (scheduling, forward, verification, sampling; the draft pass is measured
-  // on its own) feeds the latency budget of the next steps and adaptive speculation. A chunk of one
-  // token that ends a sequence's tokens is a decode row, each draft verified one more.
+  // The step's measured cost (scheduling, forward, verification, sampling; the draft pass and the
+  // draft context are measured on their own) feeds the latency budget of the next steps and adaptive
+  // speculation. A chunk of one token that ends a sequence's tokens is a decode row, each draft
+  // verified one more.
   int64_t prefill_tokens = 0, decode_rows = 0;
   for (const ScheduledChunk& c : plan) (c.n == 1 && c.sample ? decode_rows : prefill_tokens) += c.n + c.spec;
   step_cost_.observe(prefill_tokens, decode_rows,
                      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() -
-                         draft_ms);
+                         draft_ms - (spec_ ? spec_->last_ctx_ms() : 0.0));
   flush_kv_events();
   return outs;
 }

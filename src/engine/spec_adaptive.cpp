@@ -49,7 +49,7 @@ std::vector<int> choose_drafts(const std::vector<SpecCandidate>& cands, double p
     for (int i = 1; i <= cand.max_k && i <= int(cand.acc->rate.size()); ++i) {
       p *= std::clamp(cand.acc->rate[size_t(i - 1)], 0.0, 1.0);
       tokens += p;
-      value += p - lambda * (c.row_ms + p * c.ctx_ms);
+      value += p - lambda * (c.row_ms + c.slot_ms + p * c.ctx_ms);
       if (value - lambda * c.draft_ms > best_value) {
         best_value = value - lambda * c.draft_ms;
         best_k = i;
@@ -65,13 +65,27 @@ std::vector<int> choose_drafts(const std::vector<SpecCandidate>& cands, double p
       double g = 0;
       k[r] = best(cands[r], lambda, &g);
       tokens += g;
-      if (k[r] > 0) ms += double(k[r]) * c.row_ms + c.draft_ms + g * c.ctx_ms;
+      if (k[r] > 0) ms += double(k[r]) * (c.row_ms + c.slot_ms) + c.draft_ms + g * c.ctx_ms;
     }
     const double next = tokens / ms;
     if (!(next > lambda * (1 + 1e-9))) break;  // the ratio stopped rising: optimal
     lambda = next;
   }
   return k;
+}
+
+AdmitCase admit_case(const std::vector<double>& rate, double lambda, const std::vector<double>& extra_ms,
+                     double out_tokens) {
+  AdmitCase out;
+  double g = 0, p = 1;
+  for (size_t k = 1; k <= rate.size() && k <= extra_ms.size(); ++k) {
+    g += (p *= std::clamp(rate[k - 1], 0.0, 1.0));
+    const double extra = extra_ms[k - 1];
+    if (!(extra > 0)) continue;
+    out.best_rate = std::max(out.best_rate, g / extra);
+    if (lambda > 0) out.saved_ms = std::max(out.saved_ms, (g / lambda - extra) * out_tokens / (1.0 + g));
+  }
+  return out;
 }
 
 int cut_by_survival(const float* conf, int n, double threshold) {

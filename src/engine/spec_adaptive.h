@@ -40,8 +40,9 @@ struct SpecAcceptance {
 struct SpecCosts {
   double base_ms = 0;   // the decode rows' step without any drafts (its fixed cost and rows; no prefill)
   double row_ms = 0;    // one more verified row
-  double draft_ms = 0;  // the draft pass of one request
+  double draft_ms = 0;  // the draft pass of one request (its fixed part)
   double ctx_ms = 0;    // the draft's context K/V for one more kept token (each accepted draft adds one)
+  double slot_ms = 0;   // the draft pass's cost per drafted slot (last layer, lm_head, distribution)
 };
 
 struct SpecCandidate {
@@ -53,9 +54,22 @@ struct SpecCandidate {
 // where each candidate brings one plain token anyway; `plain_tokens` counts those of the whole step
 // (including decode rows that cannot speculate). Exact for that ratio (Dinkelbach's iteration: with
 // the rate lambda fixed the requests separate, each taking the k with the largest
-// sum_{i<=k} (P_i - lambda (row_ms + P_i ctx_ms)) - lambda draft_ms [k > 0], P_i = prod_{j<=i}
+// sum_{i<=k} (P_i - lambda (row_ms + slot_ms + P_i ctx_ms)) - lambda draft_ms [k > 0], P_i = prod_{j<=i}
 // rate[j-1]; an accepted draft is one more token of draft context to write).
 std::vector<int> choose_drafts(const std::vector<SpecCandidate>& cands, double plain_tokens, const SpecCosts& costs);
+
+// A new request's case for speculating (Speculator::admit), from the all-requests acceptance `rate`,
+// `lambda` (tokens per ms of the decode step it joins, without drafts) and extra_ms[k - 1], what k
+// drafts add to that step (k verified rows, a draft pass of k slots, the draft context of the 1 + G_k
+// tokens kept, G_k = the expected accepted drafts): the best marginal rate G_k / extra_ms over k, and the
+// most time drafting saves over `out_tokens` tokens of output (per step G_k tokens that would take
+// G_k / lambda ms plainly, less extra_ms; out_tokens / (1 + G_k) steps).
+struct AdmitCase {
+  double best_rate = 0;
+  double saved_ms = 0;
+};
+AdmitCase admit_case(const std::vector<double>& rate, double lambda, const std::vector<double>& extra_ms,
+                     double out_tokens);
 
 // Adaptive verification with the draft's confidence head (DSpark paper section 3.2; vLLM's
 // enable_adaptive_verification): after the draft pass, how many of a request's n drafts to verify.

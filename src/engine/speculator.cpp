@@ -2,7 +2,9 @@
 #include "engine/speculator.h"
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
+#include <numeric>
 #include <optional>
 #include <sstream>
 
@@ -58,7 +60,7 @@ Speculator::Speculator(const SpeculativeConfig& cfg, Model& target, KVDtype targ
 namespace {
 constexpr double kRequestAlpha = 0.3;   // a request's estimate follows its last few verifications
 constexpr double kGlobalAlpha = 0.05;
-constexpr double kDraftAlpha = 0.2;
+constexpr double kCtxAlpha = 0.2;
 // Every probe_every-th decision of a request verifies every draft it may, so that positions its
 // estimate has stopped reaching are measured again.
 constexpr int64_t kProbeEvery = 32;
@@ -69,12 +71,23 @@ constexpr int64_t kExploreEvery = 8;
 // admit() starts a request off when speculating's best marginal rate is below this fraction of the
 // plain rate.
 constexpr double kAdmitMargin = 0.85;
+// Draft passes after which the draft's cost counts as measured even if every one drafted the same
+// number of slots per request (limit_unmeasured varies it; requests near their max_tokens may not).
+constexpr int64_t kDraftTimingsEnough = 8;
 }  // namespace
 
-void Speculator::observe_draft(double ms, int requests) {
-  if (requests <= 0 || !(ms >= 0) || draft_timings_++ == 0) return;
-  const double per = ms / requests;
-  draft_ms_ = draft_ms_ < 0 ? per : draft_ms_ + kDraftAlpha * (per - draft_ms_);
+void Speculator::observe_draft(double ms, int requests, int64_t slots) {
+  if (requests <= 0 || !(ms >= 0) || !std::isfinite(ms) || draft_timings_++ == 0) return;
+  draft_fit_.observe({double(requests), double(slots)}, ms);
+  const double per = double(slots) / requests;
+  if (first_slots_per_request_ < 0) first_slots_per_request_ = per;
+  draft_varied_ |= std::fabs(per - first_slots_per_request_) >= 0.5 || draft_timings_ > kDraftTimingsEnough;
+  double coef[2];
+  if (draft_varied_ && draft_fit_.solve(coef)) std::copy(coef, coef + 2, draft_coef_);
+}
+
+double Speculator::draft_ms(int k) const {
+  return draft_coef_[0] < 0 ? -1 : draft_coef_[0] + draft_coef_[1] * double(k);
 }
 
 void Speculator::admit(std::vector<ScheduledChunk>& plan, const StepCostModel& cost) {
@@ -98,7 +111,7 @@ void Speculator::admit(std::vector<ScheduledChunk>& plan, const StepCostModel& c
     // explorers speculate: they measure the costs. Otherwise a burst of requests admitted together (at
     // concurrency 32 every request of a run) all wrote their prompts' draft context, the largest cost
     // of speculation where it does not pay, before the first decision could tell.
-    const bool measured = draft_ms_ >= 0 && ctx_ms_ >= 0 && decode_shapes_ >= 2;
+    const bool measured = draft_ms(0) >= 0 && ctx_ms_ >= 0 && decode_shapes_ >= 2;
     if (explorer && !measured) continue;
     if (!measured) {
       a.off = true;
@@ -107,20 +120,34 @@ void Speculator::admit(std::vector<ScheduledChunk>& plan, const StepCostModel& c
       continue;
     }
     // The decode step it will join: the rows decoding now and its own.
-    const double base = cost.predict_ms(0, rows + 1);
+    const double base = cost.predict_decode_ms(rows + 1);
     if (!(base > 0)) continue;
-    const double row_ms = std::max(0.0, cost.predict_ms(0, rows + 2) - base);
-    // The best marginal rate speculating can reach (k drafts: G_k expected accepted tokens for k rows,
-    // a draft pass and the draft context of its 1 + G_k tokens) against the step's plain rate. It starts
-    // off only when that is clearly below (kAdmitMargin): one snapshot of measured costs decides here,
-    // and near the break-even their noise would flip requests off for good; there the per-request
-    // decisions (choose()) settle it over many steps.
+    const double row_ms = std::max(0.0, cost.predict_decode_ms(rows + 2) - base);
+    // The best marginal rate speculating can reach (k drafts: G_k expected accepted tokens for k more
+    // rows in the step, a draft pass of k slots and the draft context of its 1 + G_k tokens) against
+    // the step's plain rate. It starts off only when that is clearly below (kAdmitMargin): one
+    // snapshot of measured costs decides here, and near the break-even their noise would flip requests
+    // off for good; there the per-request decisions (choose()) settle it over many steps.
+    //
+    // It also starts off where speculating cannot win back the draft context of its prompt (the part
+    // not already in the prefix cache, written in its prefill steps if it speculates): the time its
+    // drafts save per step (G_k tokens at the plain rate, less their cost) times its steps (max_tokens
+    // at 1 + G_k tokens a step; an earlier EOS only shortens that) must exceed it. At concurrency 1 and
+    // acceptance 2.3 a step of one draft saved 0.4 ms beside a 5.9 ms plain step, 25 ms over 128
+    // tokens, while a prompt's context took up to 180 ms (0.44 ms a token): speculating read 0.95x.
     const double lambda = double(rows + 1) / base;
-    double g = 0, p = 1, best = 0;
+    extra_ms_.resize(size_t(cfg_.num_speculative_tokens));
+    double g = 0, p = 1;
     for (int k = 1; k <= cfg_.num_speculative_tokens; ++k) {
       g += (p *= std::clamp(global_acc_.rate[size_t(k - 1)], 0.0, 1.0));
-      best = std::max(best, g / (double(k) * row_ms + draft_ms_ + ctx_ms_ * (1.0 + g)));
+      extra_ms_[size_t(k - 1)] =
+          std::max(0.0, cost.predict_decode_ms(rows + 1 + k) - base) + draft_ms(k) + ctx_ms_ * (1.0 + g);
     }
+    const int64_t prompt_left = std::max<int64_t>(0, int64_t(c.seq->prompt.size()) - c.start);
+    const int64_t out_left = std::max<int64_t>(1, int64_t(c.seq->params.max_tokens) - int64_t(c.seq->output.size()));
+    const AdmitCase ac = admit_case(global_acc_.rate, lambda, extra_ms_, double(out_left));
+    const double prompt_ctx_ms = ctx_ms_ * double(prompt_left);
+    double best = !explorer && ac.saved_ms <= prompt_ctx_ms ? 0.0 : ac.best_rate;
     // An explorer (measuring acceptance and the draft's costs) starts off only where the rows alone
     // rule speculation out: a verified row, even always accepted, costs more than a plain row's share
     // of the step (at concurrency 8 and 32 on a 2-core CPU; exploring there only paid for draft
@@ -139,8 +166,11 @@ void Speculator::admit(std::vector<ScheduledChunk>& plan, const StepCostModel& c
 
 void Speculator::limit_unmeasured(std::vector<ScheduledChunk>& plan, int64_t rows) const {
   int64_t left = std::max<int64_t>(cfg_.num_speculative_tokens, rows);
+  // After a measured pass of whole blocks, one of a single draft per request: the draft's cost per
+  // slot and per request apart (observe_draft).
+  const bool one_each = draft_timings_ >= 2 && !draft_varied_;
   for (ScheduledChunk& c : plan) {
-    c.spec = std::min(c.spec, left);
+    c.spec = std::min(c.spec, one_each ? std::min<int64_t>(left, 1) : left);
     left -= c.spec;
   }
 }
@@ -179,7 +209,7 @@ void Speculator::choose(std::vector<ScheduledChunk>& plan, const StepCostModel& 
   // drafts, in whole blocks for the first requests (deep positions measured too) and none for the
   // rest: at concurrency 32 a step verifying every request's 7 drafts is 256 rows, about 20 plain
   // steps on this CPU, and it took 2-3 of them before the step cost model could predict.
-  if (draft_ms_ < 0) return limit_unmeasured(plan, rows);
+  if (draft_ms(0) < 0) return limit_unmeasured(plan, rows);
   const double base = cost.predict_ms(prefill, rows);
   if (!(base > 0)) return limit_unmeasured(plan, rows);
   if (rows > 0 && prefill == 0 && decode_shapes_ == 1) {  // the plain step of the comment above, once the model predicts
@@ -190,19 +220,37 @@ void Speculator::choose(std::vector<ScheduledChunk>& plan, const StepCostModel& 
   // The rate drafts must beat is the decode rows' own (a decode-only step of these rows): a prompt chunk
   // riding in the step made every draft look nearly free beside it, while the few requests decoding
   // then (at concurrency 32, the explorers among prompts being read) drafted at full length.
-  const double decode_base = rows > 0 ? cost.predict_ms(0, rows) : base;
-  const SpecCosts sc{decode_base > 0 ? decode_base : base, std::max(0.0, cost.predict_ms(prefill, rows + 1) - base),
-                     draft_ms_, std::max(0.0, ctx_ms_)};
+  const double decode_base = rows > 0 ? cost.predict_decode_ms(rows) : base;
+  SpecCosts sc{decode_base > 0 ? decode_base : base, 0, draft_ms(0), std::max(0.0, ctx_ms_),
+               std::max(0.0, draft_ms(1) - draft_ms(0))};
+  // A verified row's cost. In a decode-only step: the measured decode shapes' mean cost per row over
+  // the drafts the step is about to verify (a one-row step is memory-bound and rows beyond it cost
+  // more: mid m31's 4-row step took 2.4x its one-row step), guessed first as half of every candidate's
+  // drafts, then once more at the count that guess chose. With prefill in the step: the linear fit's.
+  const auto row_cost = [&](int64_t span) {
+    if (prefill > 0 || !(decode_base > 0)) return std::max(0.0, cost.predict_ms(prefill, rows + 1) - base);
+    span = std::max<int64_t>(span, 1);
+    return std::max(0.0, (cost.predict_decode_ms(rows + span) - decode_base) / double(span));
+  };
   cands_.clear();
   cand_chunk_.clear();
+  int64_t span = 0;
   for (size_t i = 0; i < plan.size(); ++i) {
     if (!plan[i].spec) continue;
     SpecAcceptance& a = plan[i].seq->spec_acc;
     if (a.rate.empty()) a.rate = global_acc_.rate;
     cands_.push_back({&a, int(plan[i].spec)});
     cand_chunk_.push_back(i);
+    span += plan[i].spec;
   }
-  const std::vector<int> k = choose_drafts(cands_, plain, sc);
+  span = std::max<int64_t>(1, span / 2);
+  sc.row_ms = row_cost(span);
+  std::vector<int> k = choose_drafts(cands_, plain, sc);
+  const int64_t chosen = std::accumulate(k.begin(), k.end(), int64_t(0));
+  if (chosen > 0 && chosen != span) {
+    sc.row_ms = row_cost(chosen);
+    k = choose_drafts(cands_, plain, sc);
+  }
   const double lambda = plain / sc.base_ms;  // tokens per ms of the decode rows without drafts
   if (cfg_.adaptive_verification) {
     // The rate the chosen step expects (tokens per ms, from measured acceptance, before any draft of
@@ -213,9 +261,9 @@ void Speculator::choose(std::vector<ScheduledChunk>& plan, const StepCostModel& 
       double p = 1, g = 0;
       for (int i = 0; i < k[j]; ++i) g += (p *= std::clamp(cands_[j].acc->rate[size_t(i)], 0.0, 1.0));
       tokens += g;
-      if (k[j] > 0) ms += double(k[j]) * sc.row_ms + sc.draft_ms + g * sc.ctx_ms;
+      if (k[j] > 0) ms += double(k[j]) * (sc.row_ms + sc.slot_ms) + sc.draft_ms + g * sc.ctx_ms;
     }
-    conf_threshold_ = tokens / ms * sc.row_ms;
+    conf_threshold_ = tokens / ms * sc.row_ms;  // a cut after the draft pass saves the verified row only
   }
   for (size_t j = 0; j < k.size(); ++j) {
     ScheduledChunk& c = plan[cand_chunk_[j]];
@@ -231,7 +279,7 @@ void Speculator::choose(std::vector<ScheduledChunk>& plan, const StepCostModel& 
     if (ctx_ms_ >= 0) {
       double g = 0, p = 1;
       for (int i = 0; i < k[j]; ++i) g += (p *= std::clamp(a.rate[size_t(i)], 0.0, 1.0));
-      const double extra = k[j] > 0 ? double(k[j]) * sc.row_ms + sc.draft_ms : 0.0;
+      const double extra = k[j] > 0 ? double(k[j]) * (sc.row_ms + sc.slot_ms) + sc.draft_ms : 0.0;
       const bool worth = g - lambda * (extra + ctx_ms_ * g) > lambda * ctx_ms_;
       a.idle = worth ? 0 : a.idle + 1;
       if (a.idle >= kIdleToStop) {
@@ -462,6 +510,7 @@ void Speculator::keep_accepted(const std::vector<ScheduledChunk>& plan) {
   // speculative chunk); the taps hold one row per token of the forward, chunk after chunk.
   ctx_rows_.clear();
   views_.resize(plan.size());
+  last_ctx_ms_ = 0;
   int64_t trow = 0, rows = 0;
   const auto t0 = std::chrono::steady_clock::now();
   for (size_t i = 0; i < plan.size(); ++i) {
@@ -479,10 +528,10 @@ void Speculator::keep_accepted(const std::vector<ScheduledChunk>& plan) {
   if (ctx_rows_.empty()) return;
   ctx_tokens_ += rows;
   draft_->write_context(ctx_rows_.data(), int(ctx_rows_.size()));
-  const double per = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() /
-                     double(std::max<int64_t>(rows, 1));
+  last_ctx_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  const double per = last_ctx_ms_ / double(std::max<int64_t>(rows, 1));
   if (ctx_timings_++ == 0) return;
-  ctx_ms_ = ctx_ms_ < 0 ? per : ctx_ms_ + kDraftAlpha * (per - ctx_ms_);
+  ctx_ms_ = ctx_ms_ < 0 ? per : ctx_ms_ + kCtxAlpha * (per - ctx_ms_);
 }
 
 void Speculator::count(const ScheduledChunk& c, const VerifyOutcome& v) {
@@ -509,7 +558,8 @@ void Speculator::fill_stats(EngineStats& st) const {
 std::string Speculator::costs_describe() const {
   std::ostringstream o;
   o.precision(3);
-  o << "draft pass " << draft_ms_ << " ms per request, draft context " << ctx_ms_ << " ms per token";
+  o << "draft pass " << draft_coef_[0] << " ms per request + " << draft_coef_[1] << " ms per slot, draft context "
+    << ctx_ms_ << " ms per token";
   return o.str();
 }
 

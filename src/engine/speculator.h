@@ -17,6 +17,7 @@
 #include "engine/kv_format.h"
 #include "engine/kv_pool.h"
 #include "engine/scheduler.h"
+#include "engine/decayed_fit.h"
 #include "engine/spec_adaptive.h"
 #include "engine/spec_config.h"
 #include "engine/step_cost.h"
@@ -58,8 +59,14 @@ class Speculator {
   // it out even at full acceptance, so the costs and the estimate keep being measured (on a changing
   // load or prompt mix).
   void admit(std::vector<ScheduledChunk>& plan, const StepCostModel& cost);
-  // The draft pass of a step took `ms` for `requests` requests.
-  void observe_draft(double ms, int requests);
+  // The draft pass of a step took `ms` for `requests` requests drafting `slots` slots in all (each
+  // drafted slot takes the draft's last layer, the lm_head and a distribution).
+  void observe_draft(double ms, int requests, int64_t slots);
+  // The draft pass's measured cost for one request drafting k slots (-1: not measured yet).
+  double draft_ms(int k) const;
+  // Milliseconds the last keep_accepted() spent writing draft context (the engine takes them out of
+  // the step time it measures, as it does the draft pass: choose() prices the context on its own).
+  double last_ctx_ms() const { return last_ctx_ms_; }
   // "draft pass X ms per request, draft context Y ms per token" as measured (for the summary line).
   std::string costs_describe() const;
   void propose(const std::vector<ScheduledChunk>& plan);
@@ -118,8 +125,18 @@ class Speculator {
   int64_t steps_ = 0, drafted_ = 0, accepted_ = 0, ctx_tokens_ = 0, skipped_ = 0;
   std::vector<int64_t> accepted_per_pos_;
   SpecAcceptance global_acc_;    // all requests' acceptance: a new request's starting estimate
-  double draft_ms_ = -1;         // EWMA of the draft pass's cost per request (-1: not measured)
+  // The draft pass's cost: ms = a x requests + b x drafted slots over the recent passes (one pass
+  // drafting 7 slots took about 2x one drafting 3 on mid m31: a cost per request alone priced the
+  // 3-draft steps of adaptive speculation at the full-block passes that measured it, and started
+  // requests without speculation that paid 1.2x).
+  DecayedLeastSquares<2> draft_fit_{0.9};
+  double draft_coef_[2] = {-1, 0};  // a, b; a < 0: not measured
+  // Slots per request of the first pass timed, and whether a later one differed (until then the split
+  // between a and b is the ridge's guess: a pass of 7 slots alone priced 3 at 7 ms against 4.5).
+  double first_slots_per_request_ = -1;
+  bool draft_varied_ = false;
   double ctx_ms_ = -1;           // EWMA of writing the draft's context K/V, per token
+  double last_ctx_ms_ = 0;
   // Draft passes and context writes timed so far: the first of each is not counted (cold: its weights
   // and pages are touched for the first time, and one cold measurement could start every later request
   // off before a warm one corrects it).
@@ -135,6 +152,7 @@ class Speculator {
   double conf_threshold_ = -1;
   int64_t cut_by_conf_ = 0;
   std::vector<SpecCandidate> cands_;
+  std::vector<double> extra_ms_;  // admit(): per draft count, what the drafts add to the step
   std::vector<size_t> cand_chunk_;
 };
 

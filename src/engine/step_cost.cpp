@@ -9,70 +9,59 @@ namespace m3 {
 
 void FittedStepCost::observe(int64_t prefill_tokens, int64_t decode_rows, double ms) {
   if (!(ms >= 0) || !std::isfinite(ms)) return;
-  const double x[3] = {1.0, double(decode_rows), double(prefill_tokens)};
-  for (int i = 0; i < 3; ++i) {
-    xty_[i] = decay_ * xty_[i] + x[i] * ms;
-    for (int j = 0; j < 3; ++j) xtx_[i][j] = decay_ * xtx_[i][j] + x[i] * x[j];
-  }
+  fit_.observe({1.0, double(decode_rows), double(prefill_tokens)}, ms);
   ++steps_;
   if (prefill_tokens > 0) ++steps_with_prefill_;
   if (decode_rows > 0) ++steps_with_decode_;
   refit();
+  if (prefill_tokens > 0 || decode_rows <= 0) return;
+  const auto at = [&] {
+    return std::lower_bound(shapes_.begin(), shapes_.end(), decode_rows,
+                            [](const Shape& s, int64_t r) { return s.rows < r; });
+  };
+  auto it = at();
+  if (it == shapes_.end() || it->rows != decode_rows) {
+    if (shapes_.size() >= kMaxShapes) {  // forget the shape measured longest ago
+      shapes_.erase(std::min_element(shapes_.begin(), shapes_.end(),
+                                     [](const Shape& a, const Shape& b) { return a.last < b.last; }));
+      it = at();
+    }
+    it = shapes_.insert(it, Shape{decode_rows, 0, 0, 0});
+  }
+  ++it->n;
+  it->ms += (ms - it->ms) / double(std::min(it->n, kShapeMean));
+  it->last = steps_;
 }
 
-// Least squares with every coefficient >= 0: a coefficient that comes out negative (noise, or a
-// feature that never varied) is fixed at 0 and the others refitted. A small ridge keeps the solve
-// defined while a feature has taken a single value so far (e.g. every decode step had 8 rows): the
-// prediction at the values seen is then still right.
+// Two decode-only shapes or more, each measured twice, give the answer by the shapes around `rows`
+// (linear between them; beyond the measured ones, the slope of the nearest two), the values made
+// non-decreasing in rows first (noise can order two close shapes the wrong way). One: that shape's
+// time, moved by the linear fit's cost per row. None: the linear fit.
+double FittedStepCost::predict_decode_ms(int64_t rows) const {
+  const Shape* pts[kMaxShapes];
+  double val[kMaxShapes];
+  int n = 0;
+  double top = 0;
+  for (const Shape& s : shapes_)
+    if (s.n >= 2) {
+      top = std::max(top, s.ms);
+      pts[n] = &s;
+      val[n++] = top;
+    }
+  if (n == 0) return predict_ms(0, rows);
+  if (n == 1) return ready_ ? std::max(0.0, val[0] + coef_[1] * double(rows - pts[0]->rows)) : val[0];
+  int i = 1;  // the segment [i - 1, i] that holds rows, or the nearest end segment
+  while (i < n - 1 && pts[i]->rows < rows) ++i;
+  const double r0 = double(pts[i - 1]->rows), r1 = double(pts[i]->rows);
+  const double slope = (val[i] - val[i - 1]) / (r1 - r0);
+  return std::max(0.0, val[i - 1] + slope * (double(rows) - r0));
+}
+
 void FittedStepCost::refit() {
-  ready_ = false;
   // Three steps suffice to start: a feature not seen yet keeps a zero coefficient (the ridge), so
   // e.g. the prefill cost reads as free until a prefill was measured, which leaves the latency budget
   // unbounded, as without a model.
-  if (steps_ < 3) return;
-  bool use[3] = {true, true, true};
-  for (int attempt = 0; attempt < 3; ++attempt) {
-    int idx[3], n = 0;
-    for (int i = 0; i < 3; ++i)
-      if (use[i]) idx[n++] = i;
-    double A[3][4] = {};
-    for (int r = 0; r < n; ++r) {
-      for (int c = 0; c < n; ++c) A[r][c] = xtx_[idx[r]][idx[c]];
-      A[r][r] += 1e-6 * (xtx_[idx[r]][idx[r]] + 1.0);
-      A[r][n] = xty_[idx[r]];
-    }
-    bool singular = false;
-    for (int col = 0; col < n && !singular; ++col) {  // Gaussian elimination, partial pivoting
-      int piv = col;
-      for (int r = col + 1; r < n; ++r)
-        if (std::fabs(A[r][col]) > std::fabs(A[piv][col])) piv = r;
-      if (std::fabs(A[piv][col]) < 1e-12) {
-        singular = true;
-        break;
-      }
-      for (int c = 0; c <= n; ++c) std::swap(A[col][c], A[piv][c]);
-      for (int r = 0; r < n; ++r) {
-        if (r == col) continue;
-        const double f = A[r][col] / A[col][col];
-        for (int c = col; c <= n; ++c) A[r][c] -= f * A[col][c];
-      }
-    }
-    if (singular) return;
-    double coef[3] = {0, 0, 0};
-    bool negative = false;
-    for (int r = 0; r < n; ++r) {
-      coef[idx[r]] = A[r][n] / A[r][r];
-      if (coef[idx[r]] < 0) {
-        use[idx[r]] = false;
-        negative = true;
-      }
-    }
-    if (!negative) {
-      std::copy(coef, coef + 3, coef_);
-      ready_ = true;
-      return;
-    }
-  }
+  ready_ = steps_ >= 3 && fit_.solve(coef_);
 }
 
 double FittedStepCost::predict_ms(int64_t prefill_tokens, int64_t decode_rows) const {
@@ -84,7 +73,21 @@ std::string FittedStepCost::describe() const {
   if (!ready_) return "not measured yet";
   char buf[160];
   std::snprintf(buf, sizeof buf, "%.2f ms + %.3f ms/decode row + %.3f ms/prefill token", coef_[0], coef_[1], coef_[2]);
-  return buf;
+  std::string out = buf;
+  // The decode-only shapes measured most (up to four, by rows).
+  std::vector<const Shape*> most;
+  for (const Shape& s : shapes_)
+    if (s.n >= 2) most.push_back(&s);
+  std::sort(most.begin(), most.end(), [](const Shape* a, const Shape* b) { return a->n > b->n; });
+  most.resize(std::min<size_t>(most.size(), 4));
+  std::sort(most.begin(), most.end(), [](const Shape* a, const Shape* b) { return a->rows < b->rows; });
+  for (size_t i = 0; i < most.size(); ++i) {
+    std::snprintf(buf, sizeof buf, "%s%lld rows %.2f ms", i ? ", " : " (decode-only steps: ", (long long)most[i]->rows,
+                  most[i]->ms);
+    out += buf;
+  }
+  if (!most.empty()) out += ")";
+  return out;
 }
 
 }  // namespace m3

@@ -261,16 +261,19 @@ void BM_lm_head(benchmark::State& state) {
   if (state.range(0) >= 1) m3::tile_rows(m.L, m.w.data());
   if (state.range(0) == 2 && !m3::pack_bf16_for_decode(m.L, packed))
     state.SkipWithError("not packable");
-  const std::vector<float> x = normal_x(kK);
-  std::vector<float> y(32768);
+  const int64_t T = state.range(1);
+  const std::vector<float> x = normal_x(T * kK);
+  std::vector<float> y(size_t(32768 * T));
   for (auto _ : state) {
-    m3::linear_forward(m.L, x.data(), 1, y.data());
+    m3::linear_forward(m.L, x.data(), T, y.data());
     benchmark::DoNotOptimize(y.data());
   }
   state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(m.L.decode_bytes()));
+  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * 32768 * double(kK) * double(T) * double(state.iterations()),
+                                                 benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
   state.SetLabel(state.range(0) == 0 ? "row-major" : state.range(0) == 1 ? "tiled" : "tiled + packed");
 }
-BENCHMARK(BM_lm_head)->Arg(0)->Arg(1)->Arg(2)->UseRealTime();
+BENCHMARK(BM_lm_head)->ArgsProduct({{0, 1, 2}, {1}})->ArgsProduct({{2}, {2, 3, 4, 7}})->UseRealTime();
 
 // Plain read bandwidth over the same cold footprint (the ceiling for the cold rows above).
 void BM_read_bandwidth(benchmark::State& state) {

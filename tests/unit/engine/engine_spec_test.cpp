@@ -25,6 +25,7 @@
 #include "base/error.h"
 #include "formats/safetensors.h"
 #include "formats/safetensors_writer.h"
+#include "engine/speculator.h"
 #include "model/dspark.h"
 #include "model/kv_cache.h"
 #include "tokenizer/tokenizer.h"
@@ -736,6 +737,22 @@ TEST(SpecEngine, AdmissionSkipsSpeculationThatCannotPay) {
     EXPECT_GT(dear_after[i].first, dear_after[i - 1].first) << "request " << i << " did not draft";
     EXPECT_GT(dear_after[i].second, dear_after[i - 1].second) << "request " << i;
   }
+}
+
+// The draft pass's cost is priced per request and per drafted slot: the first (cold) pass is not
+// timed, passes that all drafted the same slots per request leave it unmeasured (their split is a
+// guess), and one pass of another count separates the two. Here a = 2 ms, b = 1 ms per slot.
+TEST(SpecEngine, DraftCostSplitPerRequestAndPerSlot) {
+  m3::Speculator s(spec_config(7, "block").spec, demo(), m3::KVDtype::BF16);
+  EXPECT_LT(s.draft_ms(3), 0);
+  s.observe_draft(50.0, 1, 7);  // cold: not counted
+  s.observe_draft(9.0, 1, 7);
+  s.observe_draft(18.0, 2, 14);
+  EXPECT_LT(s.draft_ms(3), 0) << "one slot count per request cannot split the cost";
+  s.observe_draft(3.0, 1, 1);
+  EXPECT_NEAR(s.draft_ms(3), 5.0, 0.01);
+  EXPECT_NEAR(s.draft_ms(7), 9.0, 0.01);
+  EXPECT_NEAR(s.draft_ms(0), 2.0, 0.01);
 }
 
 TEST(SpecEngine, CountersAddUp) {

@@ -216,6 +216,38 @@ TEST(FittedStepCost, RecoversALinearCostAndStaysNonNegative) {
   EXPECT_NEAR(flat.predict_ms(64, 1), 10.0 + 128.0, 0.5);
 }
 
+// Decode-only steps are kept per row count: after 200 one-row steps the 4-row shape measured before
+// them is still known (the linear fit alone, its last 50 steps all one-row, had lost it), shapes in
+// between are interpolated, shapes beyond extrapolated with the last two shapes' slope, and two close
+// shapes measured in the wrong order (noise) still predict a non-decreasing cost.
+TEST(FittedStepCost, DecodeShapesKeptApartFromTheFit) {
+  m3::FittedStepCost m(0.98);
+  for (int r = 0; r < 4; ++r) {
+    m.observe(100, 0, 150.0);
+    m.observe(0, 1, 6.0);
+    m.observe(0, 4, 15.0);
+  }
+  for (int r = 0; r < 200; ++r) m.observe(0, 1, 6.0);
+  EXPECT_NEAR(m.predict_decode_ms(1), 6.0, 1e-9);
+  EXPECT_NEAR(m.predict_decode_ms(4), 15.0, 1e-9);
+  EXPECT_NEAR(m.predict_decode_ms(2), 9.0, 1e-9);
+  EXPECT_NEAR(m.predict_decode_ms(6), 21.0, 1e-9);
+  // A mixed step is still the linear fit's.
+  EXPECT_NEAR(m.predict_ms(0, 1), 6.0, 0.05);
+  // A shape measured once does not count yet; twice, it does (running mean).
+  m.observe(0, 8, 40.0);
+  EXPECT_NEAR(m.predict_decode_ms(8), 27.0, 1e-9);
+  m.observe(0, 8, 30.0);
+  EXPECT_NEAR(m.predict_decode_ms(8), 35.0, 1e-9);
+  // 5 rows measured above 8 rows: 8 reads as 5's cost, and nothing between them falls.
+  for (int r = 0; r < 2; ++r) m.observe(0, 5, 50.0);
+  EXPECT_NEAR(m.predict_decode_ms(5), 50.0, 1e-9);
+  EXPECT_NEAR(m.predict_decode_ms(8), 50.0, 1e-9);
+  EXPECT_GE(m.predict_decode_ms(7), m.predict_decode_ms(6));
+  // The summary names the shapes measured most.
+  EXPECT_NE(m.describe().find("decode-only steps: 1 rows 6.00 ms"), std::string::npos) << m.describe();
+}
+
 // The engine with the budget forced tight (every step that decodes takes 7 prompt tokens) against the
 // budget off: the prompts are chunked differently, the greedy outputs are the same.
 TEST(EngineStepBudget, GreedyOutputUnchangedByTheBudget) {
