@@ -252,9 +252,10 @@ void BM_expert_products(benchmark::State& state) {
 BENCHMARK(BM_expert_products)->ArgsProduct({{0, 1}, {1, 4, 8, 11, 12, 16, 24, 32, 48, 64, 128}})->UseRealTime();
 
 // The mid preset's lm_head: one BF16 matrix of 32768 x 2048 (134 MB, larger than the last-level
-// cache), one token: the largest single read of a decode step. range(0): 0 = row-major bytes, 1 =
-// tiled for decode (as weights read into memory), 2 = tiled and packed as this ISA's decode step reads
-// it (pack_bf16_tiles for avx512, pack_bf16_nibbles for avx2; bytes/s counts the packed bytes).
+// cache): the largest single read of a decode step. range(0): 0 = row-major bytes, 1 = tiled for
+// decode (as weights read into memory), 2 = tiled and packed as this ISA's decode step reads it
+// (pack_bf16_tiles for avx512, pack_bf16_nibbles for avx2; bytes/s counts the packed bytes); range(1):
+// tokens (a verification step's rows, the DSpark draft pass's drafted slots).
 void BM_lm_head(benchmark::State& state) {
   Matrix m(LinearKind::BF16, 32768, kK, 9);
   m3::AlignedVector<uint8_t> packed;
