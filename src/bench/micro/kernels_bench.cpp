@@ -251,6 +251,14 @@ void BM_expert_products(benchmark::State& state) {
 }
 BENCHMARK(BM_expert_products)->ArgsProduct({{0, 1}, {1, 4, 8, 11, 12, 16, 24, 32, 48, 64, 128}})->UseRealTime();
 
+// The mid preset's attention and index projections (MXFP8, 2048 wide: q 2048, k, v, index-q 512
+// rows each, index-k 128) at the few tokens of a decode batch or a verification step (range(0)).
+void BM_mxfp8_few_tokens(benchmark::State& state) {
+  run_products(state, LinearKind::MXFP8, 2048, state.range(0), {2048, 512, 512, 512, 128}, false,
+               "q k v index-q index-k");
+}
+BENCHMARK(BM_mxfp8_few_tokens)->Arg(1)->Arg(2)->Arg(3)->Arg(4)->Arg(6)->Arg(8)->Arg(12)->UseRealTime();
+
 // The mid preset's lm_head: one BF16 matrix of 32768 x 2048 (134 MB, larger than the last-level
 // cache): the largest single read of a decode step. range(0): 0 = row-major bytes, 1 = tiled for
 // decode (as weights read into memory), 2 = tiled and packed as this ISA's decode step reads it

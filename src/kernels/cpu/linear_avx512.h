@@ -370,7 +370,7 @@ void tile_tokens512(const D& d, const float* x, int64_t K, int64_t N, float* y, 
     }
 }
 
-// Two tiles (rows r..r+7) for NT <= 3 tokens: 4 NT FMA chains instead of 2 NT (each chain takes four
+// Two tiles (rows r..r+7) for NT <= 4 tokens: 4 NT FMA chains instead of 2 NT (each chain takes four
 // dependent FMAs per chunk), since one tile's two chains per token are bound by the FMA latency.
 template <int NT, class D>
 void two_tiles_tokens(const D& d0, const D& d1, const float* x, int64_t K, int64_t N, float* y, TilePrefetch pf) {
@@ -470,6 +470,13 @@ inline void panel_tokens512(const float* w, int64_t K, const float* x, int64_t N
     }
 }
 
+// Calls f(std::integral_constant<int, n>) for n = 1..4.
+template <class F>
+inline void with_group_size4(int64_t n, F&& f) {
+  if (n == 4) f(std::integral_constant<int, 4>());
+  else with_group_size(n, std::forward<F>(f));
+}
+
 // Calls f(std::integral_constant<int, n>) for n = 1..6.
 template <class F>
 inline void with_tokens6(int64_t n, F&& f) {
@@ -550,8 +557,13 @@ void rows512(const m3::Linear& W, const float* wtab, const float* x, int64_t T, 
   if (T <= tile_tokens512_max(W.kind)) {
     const size_t eb = W.element_row_bytes(), sb = W.row_bytes() - eb;  // per row: elements, scales
     const bool two_source = xshift && m3::mxfp8_two_source_permute();
+    // MXFP8 also takes 4, 7 and 8 tokens two tiles at a time, in groups of at most 4 (4 + 3, 4 + 4):
+    // with one tile, 4 tokens read 0.86x the rate of 3 (BM_mxfp8_few_tokens, Zen 5: 230 against 242
+    // GFLOP/s) and two tiles give 270. NVFP4's 4 tokens went the other way (300-328 against 279-282
+    // with two tiles), and 5-6 tokens in one group of one tile beat two groups of two.
+    const bool mx_two = W.kind == m3::LinearKind::MXFP8 && (T == 4 || T == 7 || T == 8);
     for (int64_t r = r0; r < r1; r += tr) {
-      if (T <= 3 && r + 2 * tr <= r1) {  // two tiles
+      if ((T <= 3 || mx_two) && r + 2 * tr <= r1) {  // two tiles
         const bool more = r + 4 * tr <= pf_end;
         TilePrefetch pf(W.w + size_t(r + 2 * tr) * eb, more ? size_t(2 * tr) * eb : 0);
         if (more && sb) prefetch_range(W.scales + size_t(r + 2 * tr) * sb, size_t(2 * tr) * sb);
@@ -565,7 +577,10 @@ void rows512(const m3::Linear& W, const float* wtab, const float* x, int64_t T, 
               return;
             }
           }
-          with_group_size(T, [&](auto g) { two_tiles_tokens<decltype(g)::value>(d0, d1, x, K, N, y + r, pf); });
+          for (int64_t t = 0; t < T; t += 4)
+            with_group_size4(std::min<int64_t>(4, T - t), [&](auto g) {
+              two_tiles_tokens<decltype(g)::value>(d0, d1, x + t * K, K, N, y + t * N + r, pf);
+            });
         });
         r += tr;
         continue;
