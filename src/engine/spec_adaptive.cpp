@@ -39,8 +39,15 @@ void calibrate_confidence(const float* head, int n, const SpecAcceptance& a, flo
 }
 
 std::vector<int> choose_drafts(const std::vector<SpecCandidate>& cands, double plain_tokens, const SpecCosts& c) {
-  std::vector<int> k(cands.size(), 0);
-  if (cands.empty() || !(c.base_ms > 0)) return k;
+  std::vector<int> k;
+  choose_drafts(cands, plain_tokens, c, k);
+  return k;
+}
+
+void choose_drafts(const std::vector<SpecCandidate>& cands, double plain_tokens, const SpecCosts& c,
+                   std::vector<int>& k) {
+  k.assign(cands.size(), 0);
+  if (cands.empty() || !(c.base_ms > 0)) return;
   // Best k of one request at rate lambda (tokens per ms), and its expected accepted drafts.
   auto best = [&](const SpecCandidate& cand, double lambda, double* gain_tokens) {
     double p = 1, tokens = 0, value = 0, best_value = 0;
@@ -71,7 +78,6 @@ std::vector<int> choose_drafts(const std::vector<SpecCandidate>& cands, double p
     if (!(next > lambda * (1 + 1e-9))) break;  // the ratio stopped rising: optimal
     lambda = next;
   }
-  return k;
 }
 
 AdmitCase admit_case(const std::vector<double>& rate, double lambda, const std::vector<double>& extra_ms,

@@ -57,6 +57,9 @@ struct SpecCandidate {
 // sum_{i<=k} (P_i - lambda (row_ms + slot_ms + P_i ctx_ms)) - lambda draft_ms [k > 0], P_i = prod_{j<=i}
 // rate[j-1]; an accepted draft is one more token of draft context to write).
 std::vector<int> choose_drafts(const std::vector<SpecCandidate>& cands, double plain_tokens, const SpecCosts& costs);
+// The same into `k` (the engine's step: no allocation once k has grown).
+void choose_drafts(const std::vector<SpecCandidate>& cands, double plain_tokens, const SpecCosts& costs,
+                   std::vector<int>& k);
 
 // A new request's case for speculating (Speculator::admit), from the all-requests acceptance `rate`,
 // `lambda` (tokens per ms of the decode step it joins, without drafts) and extra_ms[k - 1], what k

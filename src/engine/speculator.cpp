@@ -245,11 +245,12 @@ void Speculator::choose(std::vector<ScheduledChunk>& plan, const StepCostModel& 
   }
   span = std::max<int64_t>(1, span / 2);
   sc.row_ms = row_cost(span);
-  std::vector<int> k = choose_drafts(cands_, plain, sc);
+  std::vector<int>& k = chosen_;
+  choose_drafts(cands_, plain, sc, k);
   const int64_t chosen = std::accumulate(k.begin(), k.end(), int64_t(0));
   if (chosen > 0 && chosen != span) {
     sc.row_ms = row_cost(chosen);
-    k = choose_drafts(cands_, plain, sc);
+    choose_drafts(cands_, plain, sc, k);
   }
   const double lambda = plain / sc.base_ms;  // tokens per ms of the decode rows without drafts
   if (cfg_.adaptive_verification) {
@@ -558,8 +559,11 @@ void Speculator::fill_stats(EngineStats& st) const {
 std::string Speculator::costs_describe() const {
   std::ostringstream o;
   o.precision(3);
-  o << "draft pass " << draft_coef_[0] << " ms per request + " << draft_coef_[1] << " ms per slot, draft context "
-    << ctx_ms_ << " ms per token";
+  if (draft_coef_[0] < 0) o << "draft pass not measured";
+  else o << "draft pass " << draft_coef_[0] << " ms per request + " << draft_coef_[1] << " ms per slot";
+  o << ", draft context ";
+  if (ctx_ms_ < 0) o << "not measured";
+  else o << ctx_ms_ << " ms per token";
   return o.str();
 }
 

@@ -67,7 +67,8 @@ class Speculator {
   // Milliseconds the last keep_accepted() spent writing draft context (the engine takes them out of
   // the step time it measures, as it does the draft pass: choose() prices the context on its own).
   double last_ctx_ms() const { return last_ctx_ms_; }
-  // "draft pass X ms per request, draft context Y ms per token" as measured (for the summary line).
+  // "draft pass X ms per request + Y ms per slot, draft context Z ms per token" as measured (for the
+  // summary line; "not measured" until it is).
   std::string costs_describe() const;
   void propose(const std::vector<ScheduledChunk>& plan);
   // enable_adaptive_verification: after propose(), lowers each speculative chunk's spec (and its drafts)
@@ -152,6 +153,7 @@ class Speculator {
   double conf_threshold_ = -1;
   int64_t cut_by_conf_ = 0;
   std::vector<SpecCandidate> cands_;
+  std::vector<int> chosen_;  // choose(): drafts per candidate
   std::vector<double> extra_ms_;  // admit(): per draft count, what the drafts add to the step
   std::vector<size_t> cand_chunk_;
 };
