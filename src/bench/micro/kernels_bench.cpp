@@ -282,7 +282,7 @@ void BM_lm_head(benchmark::State& state) {
                                                  benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
   state.SetLabel(state.range(0) == 0 ? "row-major" : state.range(0) == 1 ? "tiled" : "tiled + packed");
 }
-BENCHMARK(BM_lm_head)->ArgsProduct({{0, 1, 2}, {1}})->ArgsProduct({{2}, {2, 3, 4, 7}})->UseRealTime();
+BENCHMARK(BM_lm_head)->ArgsProduct({{0, 1, 2}, {1}})->ArgsProduct({{2}, {2, 3, 4, 7, 8, 16, 32}})->UseRealTime();
 
 // Plain read bandwidth over the same cold footprint (the ceiling for the cold rows above).
 void BM_read_bandwidth(benchmark::State& state) {

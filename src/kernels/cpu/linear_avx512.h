@@ -441,10 +441,13 @@ inline void tiles_mxfp8_shifted_at(const Mxfp8Tile* d, const float* x, float* y,
 
 // The tile decoded to the interleaved panel layout: row i's elements [k, k + 8) at 4k + 8i, so a
 // pair's step is one 512-bit vector at 4k + 16p.
+// pf: lines of another tile to fetch meanwhile, D::kLines per chunk.
 template <class D>
-void tile_interleaved(const D& d, int64_t K, float* out) {
-  for (int64_t c = 0; c < K / D::kElems; ++c)
+void tile_interleaved(const D& d, int64_t K, float* out, TilePrefetch& pf) {
+  for (int64_t c = 0; c < K / D::kElems; ++c) {
+    pf.lines(D::kLines);
     d.chunk(c, [&](int j, int p, __m512 w) { _mm512_storeu_ps(out + 4 * (c * D::kElems + 8 * j) + 16 * p, w); });
+  }
 }
 
 // TL decoded tiles in the interleaved layout (tile q at w + 4Kq) times NT tokens (x rows K apart);
@@ -610,8 +613,17 @@ void rows512(const m3::Linear& W, const float* wtab, const float* x, int64_t T, 
   if (panel.size() < size_t(kPanelTiles * tr * K)) panel.resize(size_t(kPanelTiles * tr * K));
   for (int64_t p0 = r0; p0 < r1; p0 += kPanelTiles * tr) {
     const int64_t np = std::min(kPanelTiles, (r1 - p0) / tr);
-    for (int64_t q = 0; q < np; ++q)
-      with_tile512(W, wtab, p0 + q * tr, [&](const auto& d) { tile_interleaved(d, K, panel.data() + q * tr * K); });
+    // While a tile is decoded, the same tile of the next panel is fetched (up to pf_end): the decode
+    // reads the weights from memory, and without the prefetch it ran at about half the read rate of
+    // the one-token kernel (BM_expert_products at 12-48 tokens per expert: 5-20% faster with it).
+    const size_t eb = W.element_row_bytes(), sb = W.row_bytes() - eb;
+    for (int64_t q = 0; q < np; ++q) {
+      const int64_t nr = p0 + (q + np) * tr;
+      const bool more = nr + tr <= pf_end;
+      TilePrefetch pf(W.w + size_t(nr) * eb, more ? size_t(tr) * eb : 0);
+      if (more && sb) prefetch_range(W.scales + size_t(nr) * sb, size_t(tr) * sb);
+      with_tile512(W, wtab, p0 + q * tr, [&](const auto& d) { tile_interleaved(d, K, panel.data() + q * tr * K, pf); });
+    }
     for (int64_t t = 0; t < T;) {
       const int64_t nt = std::min<int64_t>(6, T - t);
       with_tokens6(nt, [&](auto g) {
