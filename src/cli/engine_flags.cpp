@@ -24,7 +24,8 @@ void add_engine_flags(CLI::App* app, EngineFlags& f) {
                   "Cap on the prefill tokens one request takes per step (0 = off)");
   app->add_option("--step-latency-factor", c.step_latency_factor,
                   "A step that carries decoding requests takes a prefill chunk only as large as keeps its measured "
-                  "cost within this many times a decode-only step's (default 4; 0 = off: token budgets only)");
+                  "cost within this many times a decode-only step of the batch the running and waiting requests form "
+                  "(default 4; 0 = off: token budgets only)");
   app->add_option("--max-step-latency-ms", c.max_step_latency_ms,
                   "Cap in ms on the predicted time of a step that carries decoding requests (0 = none)");
   app->add_option("--watermark", c.watermark, "Fraction of KV pages kept free when admitting requests");

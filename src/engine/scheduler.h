@@ -8,8 +8,9 @@
 // released, recomputed later from its tokens) and goes back to the front of the queue. A sequence that
 // fits the pool alone therefore always completes: the Engine admits nothing longer than the pool.
 // Time-budgeted steps: with a step cost model (step_cost.h), a step that carries decode rows takes
-// only as many prefill tokens as keep its predicted time within the latency budget (at least
-// min_prefill_chunk, so long prompts always progress); the token budgets above stay upper bounds.
+// only as many prefill tokens as keep its predicted time within the latency budget, a multiple of the
+// decode-only step of the batch the running and waiting requests form (at least min_prefill_chunk, so
+// long prompts always progress); the token budgets above stay upper bounds.
 #pragma once
 #include <cstdint>
 #include <chrono>
@@ -39,8 +40,10 @@ struct SchedulerConfig {
   // (take_load_failures) instead of being recomputed.
   bool fail_on_load_error = false;
   // Latency budget of a step that carries decode rows (needs a cost model, set_cost_model): its
-  // predicted time stays within step_latency_factor x that of a decode-only step of the same rows and
-  // within max_step_latency_ms; 0 turns either bound off (both 0: token budgets only, as before).
+  // predicted time stays within step_latency_factor x that of a decode-only step of the batch its rows
+  // are about to form (they, the requests whose prompts are being read, and the waiting ones that
+  // --max-num-seqs and the free pages admit) and within max_step_latency_ms; 0 turns either bound off
+  // (both 0: token budgets only, as before).
   // Its prefill chunks shrink to fit, but together take at least min_prefill_chunk tokens.
   double step_latency_factor = 0;
   double max_step_latency_ms = 0;

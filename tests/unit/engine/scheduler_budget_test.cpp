@@ -1,6 +1,7 @@
 // Time-budgeted steps (SchedulerConfig::step_latency_factor / max_step_latency_ms): with a FAKE step cost
 // model of exactly known costs, the prefill chunk of a step that carries decode rows is the largest that
-// keeps the step within its budget, never below min_prefill_chunk, the full token budget when nothing
+// keeps the step within its budget (the factor times the decode-only step of the batch the decoding and
+// the joining requests form), never below min_prefill_chunk, the full token budget when nothing
 // decodes, and the token-budget flags stay upper bounds. Also the fitted cost model on exact data, and
 // the engine: the budget changes how prompts are chunked, never a greedy output.
 #include <gtest/gtest.h>
@@ -19,19 +20,22 @@
 
 namespace {
 
-// t = 10 ms + 1 ms per decode row + 2 ms per prefill token.
+// t = 10 ms + 1 ms per decode row + 2 ms per prefill token; the measured decode-only shapes read
+// `shapes_below` ms less than that (0: the same).
 struct FakeCost : m3::StepCostModel {
   bool ready = true;
+  double shapes_below = 0;
   double predict_ms(int64_t p, int64_t d) const override { return ready ? 10.0 + 1.0 * double(d) + 2.0 * double(p) : -1; }
+  double predict_decode_ms(int64_t d) const override { return ready ? predict_ms(0, d) - shapes_below : -1; }
 };
 
 struct Fixture {
-  m3::BlockPool pool{256, 16, false};
+  m3::BlockPool pool;
   std::vector<std::unique_ptr<m3::Sequence>> seqs;
   std::unique_ptr<m3::Scheduler> sched;
   FakeCost cost;
 
-  explicit Fixture(m3::SchedulerConfig c) {
+  explicit Fixture(m3::SchedulerConfig c, int pages = 256) : pool(pages, 16, false) {
     c.block_size = 16;
     sched = std::make_unique<m3::Scheduler>(c, pool);
     sched->set_cost_model(&cost);
@@ -76,23 +80,24 @@ TEST(SchedulerBudget, ChunkIsTheLargestWithinTheBudget) {
   Fixture f(config(4));
   f.decoding(4);
   f.add(1000);
-  // Decode-only step of 4 rows: 14 ms; budget 4 x 14 = 56 ms; 14 + 2 P <= 56 -> P = 21.
-  EXPECT_EQ(f.sched->prefill_allowance(), 21);
+  // The 4 rows and the prompt's request make a batch of 5: its decode-only step is 15 ms, the budget
+  // 4 x 15 = 60 ms; a step of the 4 rows and P prompt tokens: 14 + 2 P <= 60 -> P = 23.
+  EXPECT_EQ(f.sched->prefill_allowance(), 23);
   const auto plan = f.sched->schedule();
   ASSERT_EQ(plan.size(), 5u);
-  EXPECT_EQ(plan.back().n, 21);
+  EXPECT_EQ(plan.back().n, 23);
   EXPECT_FALSE(plan.back().sample);
   const auto [p, d] = Fixture::shape(plan);
   EXPECT_EQ(d, 4);
-  EXPECT_LE(f.cost.predict_ms(p, d), 4 * f.cost.predict_ms(0, d));
-  EXPECT_GT(f.cost.predict_ms(p + 1, d), 4 * f.cost.predict_ms(0, d));
+  EXPECT_LE(f.cost.predict_ms(p, d), 4 * f.cost.predict_ms(0, d + 1));
+  EXPECT_GT(f.cost.predict_ms(p + 1, d), 4 * f.cost.predict_ms(0, d + 1));
   // The unfinished prompt continues with the next allowance while the others keep decoding.
   f.sched->commit(plan);
   for (size_t i = 0; i < 4; ++i) plan[i].seq->output.push_back(7);
   const auto next = f.sched->schedule();
   ASSERT_EQ(next.size(), 5u);
-  EXPECT_EQ(next.back().start, 21);
-  EXPECT_EQ(next.back().n, 21);
+  EXPECT_EQ(next.back().start, 23);
+  EXPECT_EQ(next.back().n, 23);
 }
 
 TEST(SchedulerBudget, PromptsShareTheAllowanceInOrder) {
@@ -102,11 +107,12 @@ TEST(SchedulerBudget, PromptsShareTheAllowanceInOrder) {
   f.add(1000);
   f.add(30);
   const auto plan = f.sched->schedule();
-  // 21 tokens: all 15 of the first prompt, 6 of the second, none left to admit the third.
+  // A batch of 4 + 3: 17 ms, 68 ms of budget, 27 tokens: all 15 of the first prompt, 12 of the
+  // second, none left to admit the third.
   ASSERT_EQ(plan.size(), 6u);
   EXPECT_EQ(plan[4].n, 15);
   EXPECT_TRUE(plan[4].sample);
-  EXPECT_EQ(plan[5].n, 6);
+  EXPECT_EQ(plan[5].n, 12);
   EXPECT_EQ(f.sched->num_waiting(), 1u);
 }
 
@@ -147,7 +153,7 @@ TEST(SchedulerBudget, TokenBudgetFlagsStayUpperBounds) {
   }
   {
     auto c = config(4);
-    c.long_prefill_token_threshold = 10;  // below the time budget's 21: the threshold wins
+    c.long_prefill_token_threshold = 10;  // below the time budget's 23: the threshold wins
     Fixture f(c);
     f.decoding(4);
     f.add(1000);
@@ -163,10 +169,10 @@ TEST(SchedulerBudget, MillisecondCapAndFactorBothBound) {
     EXPECT_EQ(f.sched->schedule().back().n, 13);
   }
   {
-    Fixture f(config(4, 1000));  // the factor's 56 ms is the tighter bound
+    Fixture f(config(4, 1000));  // the factor's 60 ms is the tighter bound
     f.decoding(4);
     f.add(1000);
-    EXPECT_EQ(f.sched->schedule().back().n, 21);
+    EXPECT_EQ(f.sched->schedule().back().n, 23);
   }
 }
 
@@ -192,11 +198,51 @@ TEST(SchedulerBudget, SpeculativeRowsCountAsDecodeRows) {
   Fixture f(c);
   f.decoding(2);
   f.add(1000);
-  // 2 rows x (anchor + 3 drafts) = 8 rows: 18 ms; 72 ms budget; 18 + 2 P <= 72 -> 27.
+  // 2 rows x (anchor + 3 drafts) = 8 rows, and the prompt's request: a batch of 9, 19 ms; 76 ms
+  // budget; 18 + 2 P <= 76 -> 29.
   const auto plan = f.sched->schedule();
   ASSERT_EQ(plan.size(), 3u);
   EXPECT_EQ(plan[0].spec, 3);
-  EXPECT_EQ(plan.back().n, 27);
+  EXPECT_EQ(plan.back().n, 29);
+}
+
+TEST(SchedulerBudget, ReferenceIsTheBatchTheWaitingRequestsJoin) {
+  {
+    // Two waiting 1000-token prompts (63 pages each) both fit the pool: a batch of 6, 16 ms, 64 ms
+    // of budget, 14 + 2 P <= 64 -> 25.
+    Fixture f(config(4));
+    f.decoding(4);
+    f.add(1000);
+    f.add(1000);
+    EXPECT_EQ(f.sched->prefill_allowance(), 25);
+  }
+  {
+    // --max-num-seqs 5: one of them can join.
+    auto c = config(4);
+    c.max_num_seqs = 5;
+    Fixture f(c);
+    f.decoding(4);
+    f.add(1000);
+    f.add(1000);
+    EXPECT_EQ(f.sched->prefill_allowance(), 23);
+  }
+  {
+    // 100 pages: after the 4 decoding requests' 4 pages, one prompt's 63 pages fit, not two.
+    Fixture f(config(4), 100);
+    f.decoding(4);
+    f.add(1000);
+    f.add(1000);
+    EXPECT_EQ(f.sched->prefill_allowance(), 23);
+  }
+  {
+    // Measured decode-only shapes below the fit (5 ms less): the lower reference, 10 ms at a batch
+    // of 5, 40 ms of budget, 14 + 2 P <= 40 -> 13.
+    Fixture f(config(4));
+    f.cost.shapes_below = 5;
+    f.decoding(4);
+    f.add(1000);
+    EXPECT_EQ(f.sched->prefill_allowance(), 13);
+  }
 }
 
 TEST(FittedStepCost, RecoversALinearCostAndStaysNonNegative) {
