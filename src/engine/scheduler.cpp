@@ -176,10 +176,9 @@ int64_t Scheduler::prefill_allowance() const {
   // The reference is the decode-only step of the batch these rows are about to be part of: they, one
   // row for each request whose prompt is being read, and one for each waiting request that
   // --max-num-seqs and the free pages will let in. Why: the median inter-token latency is a step of
-  // that batch, not of the rows decoding now. Measured (mid m31, bench serve 1024 in / 128 out, 32
-  // prompts at once): against the 6-16 rows decoding while the other prompts were read, the chunks
-  // were 50-110 tokens, requests finished before the rest had been read, and the batch never grew past
-  // 16, so decode rows ran in small batches (3.5 ms a row against 2.6 in the unbudgeted run's 32).
+  // that batch, not of the rows decoding now. Against the few rows decoding while a burst of prompts
+  // was read, the chunks were small, requests finished before the others had been read, the batch
+  // never filled, and decode rows ran in small batches that cost more per row (docs/benchmarks.md 3.8).
   int64_t batch = rows;
   for (const Sequence* s : running_)
     if (s->num_tokens() - s->num_computed > 1) ++batch;

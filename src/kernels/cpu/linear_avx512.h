@@ -615,7 +615,7 @@ void rows512(const m3::Linear& W, const float* wtab, const float* x, int64_t T, 
     const int64_t np = std::min(kPanelTiles, (r1 - p0) / tr);
     // While a tile is decoded, the same tile of the next panel is fetched (up to pf_end): the decode
     // reads the weights from memory, and without the prefetch it ran at about half the read rate of
-    // the one-token kernel (BM_expert_products at 12-48 tokens per expert: 5-20% faster with it).
+    // the one-token kernel (docs/benchmarks.md section 5).
     const size_t eb = W.element_row_bytes(), sb = W.row_bytes() - eb;
     for (int64_t q = 0; q < np; ++q) {
       const int64_t nr = p0 + (q + np) * tr;
