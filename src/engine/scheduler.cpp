@@ -162,10 +162,13 @@ bool Scheduler::start_fetch(Sequence* s) {
 int64_t Scheduler::prefill_allowance() const {
   constexpr int64_t unbounded = std::numeric_limits<int64_t>::max();
   if (!cost_ || (cfg_.step_latency_factor <= 0 && cfg_.max_step_latency_ms <= 0)) return unbounded;
-  // The rows this step's decoding requests will bring: their token, and the drafts they may verify.
-  int64_t rows = 0;
+  // The rows this step's decoding requests will bring: their token, and the drafts they may verify;
+  // and the running requests whose prompts are still being read.
+  int64_t rows = 0, reading = 0;
   for (const Sequence* s : running_) {
-    if (s->num_tokens() - s->num_computed != 1) continue;
+    const int64_t need = s->num_tokens() - s->num_computed;
+    reading += need > 1;
+    if (need != 1) continue;
     int64_t spec = 0;
     if (cfg_.num_speculative_tokens > 0 && !s->constraint && !s->spec_acc.off)
       spec = std::clamp<int64_t>(int64_t(s->params.max_tokens) - int64_t(s->output.size()) - 1, 0,
@@ -179,9 +182,6 @@ int64_t Scheduler::prefill_allowance() const {
   // that batch, not of the rows decoding now. Against the few rows decoding while a burst of prompts
   // was read, the chunks were small, requests finished before the others had been read, the batch
   // never filled, and decode rows ran in small batches that cost more per row (docs/benchmarks.md 3.8).
-  int64_t batch = rows;
-  for (const Sequence* s : running_)
-    if (s->num_tokens() - s->num_computed > 1) ++batch;
   int64_t free_pages = pool_.num_free(), admitted = 0;
   for (const Sequence* s : waiting_) {
     if (int64_t(running_.size()) + admitted >= cfg_.max_num_seqs) break;
@@ -190,7 +190,7 @@ int64_t Scheduler::prefill_allowance() const {
     free_pages -= pages;
     ++admitted;
   }
-  batch += admitted;
+  const int64_t batch = rows + reading + admitted;
   // The lower of the measured decode-only shapes (interpolated, or extrapolated from the nearest two
   // beyond the largest measured) and the linear fit: each alone can run high (the fit's decode-only
   // step, fitted over mixed steps, 5x the real one at a few rows; a shape's slope extrapolated far), and

@@ -207,42 +207,25 @@ TEST(SchedulerBudget, SpeculativeRowsCountAsDecodeRows) {
 }
 
 TEST(SchedulerBudget, ReferenceIsTheBatchTheWaitingRequestsJoin) {
-  {
-    // Two waiting 1000-token prompts (63 pages each) both fit the pool: a batch of 6, 16 ms, 64 ms
-    // of budget, 14 + 2 P <= 64 -> 25.
-    Fixture f(config(4));
+  // 4 decoding requests and two waiting 1000-token prompts (63 pages each); the allowance of the step.
+  auto allowance = [](m3::SchedulerConfig c, int pages, double shapes_below, int prompts) {
+    Fixture f(c, pages);
+    f.cost.shapes_below = shapes_below;
     f.decoding(4);
-    f.add(1000);
-    f.add(1000);
-    EXPECT_EQ(f.sched->prefill_allowance(), 25);
-  }
-  {
-    // --max-num-seqs 5: one of them can join.
-    auto c = config(4);
-    c.max_num_seqs = 5;
-    Fixture f(c);
-    f.decoding(4);
-    f.add(1000);
-    f.add(1000);
-    EXPECT_EQ(f.sched->prefill_allowance(), 23);
-  }
-  {
-    // 100 pages: after the 4 decoding requests' 4 pages, one prompt's 63 pages fit, not two.
-    Fixture f(config(4), 100);
-    f.decoding(4);
-    f.add(1000);
-    f.add(1000);
-    EXPECT_EQ(f.sched->prefill_allowance(), 23);
-  }
-  {
-    // Measured decode-only shapes below the fit (5 ms less): the lower reference, 10 ms at a batch
-    // of 5, 40 ms of budget, 14 + 2 P <= 40 -> 13.
-    Fixture f(config(4));
-    f.cost.shapes_below = 5;
-    f.decoding(4);
-    f.add(1000);
-    EXPECT_EQ(f.sched->prefill_allowance(), 13);
-  }
+    for (int i = 0; i < prompts; ++i) f.add(1000);
+    return f.sched->prefill_allowance();
+  };
+  // Both prompts fit the pool: a batch of 6, 16 ms, 64 ms of budget, 14 + 2 P <= 64 -> 25.
+  EXPECT_EQ(allowance(config(4), 256, 0, 2), 25);
+  // --max-num-seqs 5: one of them can join.
+  auto c = config(4);
+  c.max_num_seqs = 5;
+  EXPECT_EQ(allowance(c, 256, 0, 2), 23);
+  // 100 pages: after the 4 decoding requests' 4 pages, one prompt's 63 pages fit, not two.
+  EXPECT_EQ(allowance(config(4), 100, 0, 2), 23);
+  // Measured decode-only shapes below the fit (5 ms less): the lower reference, 10 ms at a batch
+  // of 5, 40 ms of budget, 14 + 2 P <= 40 -> 13.
+  EXPECT_EQ(allowance(config(4), 256, 5, 1), 13);
 }
 
 TEST(FittedStepCost, RecoversALinearCostAndStaysNonNegative) {
