@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "base/error.h"
+#include "formats/quantize.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/dispatch.h"
 #include "kernels/cpu/elementwise.h"
@@ -183,6 +184,39 @@ DSparkDraft::DSparkDraft(const std::string& dir, const Model& target)
 }
 
 DSparkDraft::~DSparkDraft() = default;
+
+size_t DSparkDraft::quantize_lm_head(bool bf16_act) {
+  const Linear& t = target_.weights().lm_head();
+  const bool wide = t.kind == LinearKind::BF16 || t.kind == LinearKind::F16 || t.kind == LinearKind::F32;
+  if (!wide || t.K % 32 != 0) return 0;
+  const int64_t N = t.N, K = t.K;
+  lm_head_q_w_.resize(size_t(N * K));
+  lm_head_q_s_.resize(size_t(N * (K / 32)));
+  WorkerPool::parallel_for(N, 256, [&](int64_t lo, int64_t hi) {
+    thread_local std::vector<float> row;
+    row.resize(size_t(K));
+    for (int64_t n = lo; n < hi; ++n) {
+      linear_decode_rows(t, n, 1, row.data());
+      mxfp8_quantize_row(row.data(), K, &lm_head_q_w_[size_t(n * K)], &lm_head_q_s_[size_t(n * (K / 32))]);
+    }
+  });
+  Linear q;
+  q.kind = LinearKind::MXFP8;
+  q.N = N;
+  q.K = K;
+  q.w = lm_head_q_w_.data();
+  q.scales = lm_head_q_s_.data();
+  q.name = t.name + " (the draft's MXFP8 copy)";
+  set_scale_range(q);
+  if (bf16_act) m3::enable_bf16_activations(q);
+  tile_rows(q, lm_head_q_w_.data());
+  lm_head_q_ = q;
+  return lm_head_q_w_.size() + lm_head_q_s_.size();
+}
+
+const Linear& DSparkDraft::lm_head() const {
+  return lm_head_q_.empty() ? target_.weights().lm_head() : lm_head_q_;
+}
 
 int DSparkDraft::enable_bf16_activations() {
   int n = 0;
@@ -397,7 +431,7 @@ void DSparkDraft::propose(const DraftQuery* queries, int nq, const int* nslots, 
   int64_t nout = 0;
   for (int qi = 0; qi < nq; ++qi) nout += nslots[qi];
   for (int64_t t = 0; t < nout; ++t) rms_norm(&x_[size_t(t * H)], final_norm_.data(), H, cfg_.rms_eps, &a_[size_t(t * H)]);
-  linear_forward(target_.weights().lm_head(), a_.data(), nout, out);
+  linear_forward(lm_head(), a_.data(), nout, out);
   conf_rows_ = nout;
 }
 

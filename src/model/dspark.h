@@ -78,6 +78,18 @@ class DSparkDraft {
   // (0: the draft's layers are BF16 or fp32, which have no such path).
   int enable_bf16_activations();
 
+  // Gives the draft its own MXFP8 copy of the target's lm_head, quantised once here with the checkpoints'
+  // MXFP8 rule (formats/quantize.h), tiled, and on BF16 activations when bf16_act (Linear::act_bf16);
+  // propose() then multiplies with it instead of the target's matrix. Why (speed): the lm_head is most
+  // of a draft pass's bytes and products, and the BF16 matrix's few-token step is bound by its decode
+  // (docs/benchmarks.md section 3.1); the copy reads about half the bytes and, on BF16 dot products,
+  // needs no decode per token. Only the draft's proposals move: verification compares the target with
+  // the distribution the drafts were drawn from. Returns the bytes the copy holds; 0 (nothing done)
+  // when the target's lm_head is not BF16, F16 or F32, or its in-features are not a multiple of 32.
+  size_t quantize_lm_head(bool bf16_act);
+  // The matrix propose() multiplies the slots with: the copy above, or the target's lm_head.
+  const Linear& lm_head() const;
+
   // Fuses the taps and stores the context K/V of every row (all draft layers).
   void write_context(const DraftContextRows* rows, int nrows);
 
@@ -129,6 +141,8 @@ class DSparkDraft {
   int64_t conf_rows_ = 0;          // output rows of the last propose() (their normed slots are in a_)
   std::vector<float> conf_w1_;     // markov_w1 row workspace of confidence()
   std::vector<Layer> layers_;
+  Linear lm_head_q_;                            // quantize_lm_head's copy; empty: the target's
+  AlignedVector<uint8_t> lm_head_q_w_, lm_head_q_s_;
   double bytes_ = 0;
   // Workspace, grown on demand.
   int64_t ws_rows_ = 0;

@@ -265,9 +265,11 @@ BENCHMARK(BM_mxfp8_few_tokens)->Arg(1)->Arg(2)->Arg(3)->Arg(4)->Arg(6)->Arg(8)->
 // (pack_bf16_tiles for avx512, pack_bf16_nibbles for avx2; bytes/s counts the packed bytes); range(1):
 // tokens (a verification step's rows, the DSpark draft pass's drafted slots).
 void BM_lm_head(benchmark::State& state) {
-  Matrix m(LinearKind::BF16, 32768, kK, 9);
+  const bool mx = state.range(0) >= 3;
+  Matrix m(mx ? LinearKind::MXFP8 : LinearKind::BF16, 32768, kK, 9);
   m3::AlignedVector<uint8_t> packed;
-  if (state.range(0) >= 1) m3::tile_rows(m.L, m.w.data());
+  if (mx) m.hold_as_engine(false, state.range(0) == 4);
+  else if (state.range(0) >= 1) m3::tile_rows(m.L, m.w.data());
   if (state.range(0) == 2 && !m3::pack_bf16_for_decode(m.L, packed))
     state.SkipWithError("not packable");
   const int64_t T = state.range(1);
@@ -280,9 +282,9 @@ void BM_lm_head(benchmark::State& state) {
   state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(m.L.decode_bytes()));
   state.counters["GFLOP/s"] = benchmark::Counter(2.0 * 32768 * double(kK) * double(T) * double(state.iterations()),
                                                  benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
-  state.SetLabel(state.range(0) == 0 ? "row-major" : state.range(0) == 1 ? "tiled" : "tiled + packed");
+  state.SetLabel(state.range(0) == 0 ? "row-major" : state.range(0) == 1 ? "tiled" : state.range(0) == 2 ? "tiled + packed" : state.range(0) == 3 ? "mxfp8" : "mxfp8 bf16-act");
 }
-BENCHMARK(BM_lm_head)->ArgsProduct({{0, 1, 2}, {1}})->ArgsProduct({{2}, {2, 3, 4, 7, 8, 16, 32}})->UseRealTime();
+BENCHMARK(BM_lm_head)->ArgsProduct({{0, 1, 2}, {1}})->ArgsProduct({{2, 3, 4}, {1, 2, 3, 4, 7, 8, 16, 32}})->UseRealTime();
 
 // Plain read bandwidth over the same cold footprint (the ceiling for the cold rows above).
 void BM_read_bandwidth(benchmark::State& state) {

@@ -14,6 +14,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <functional>
 #include <fstream>
@@ -25,6 +26,8 @@
 #include "base/error.h"
 #include "formats/safetensors.h"
 #include "formats/safetensors_writer.h"
+#include "formats/quantize.h"
+#include "kernels/cpu/linear.h"
 #include "engine/speculator.h"
 #include "model/dspark.h"
 #include "model/kv_cache.h"
@@ -208,6 +211,85 @@ TEST(SpecEngine, DraftBlockPassMatchesPyTorch) {
   }
   EXPECT_EQ(off, ref.size());
   std::printf("draft block logits vs PyTorch: max-abs %.3g\n", worst);
+}
+
+// draft_lm_head "mxfp8": the draft's own copy of the target's BF16 lm_head holds, row for row, what the
+// checkpoints' MXFP8 rule makes of the target's values (33/32 bytes a weight), and propose() multiplies
+// the slots with it: each logit is the slot's final-normed state times the copy's row, with fp32
+// activations (a float sum over 256 products: 1e-4) and with BF16 activations (each activation rounded
+// to BF16 first: 1e-3, either rounding of a tie).
+TEST(SpecEngine, DraftMxfp8LmHeadIsTheQuantisedTargetMatrix) {
+  m3::Model& m = demo();
+  const m3::Linear& t = m.weights().lm_head();
+  ASSERT_EQ(t.kind, m3::LinearKind::BF16);
+  const int64_t V = t.N, H = t.K;
+  const auto prompts = demo_prompts();
+  const std::vector<int32_t>& toks = prompts[6];
+  const int64_t T = int64_t(toks.size());
+  for (bool bf16_act : {false, true}) {
+    m3::DSparkDraft draft(kModel + "/dspark", m);
+    EXPECT_EQ(&draft.lm_head(), &t) << "before the copy, the target's matrix";
+    ASSERT_EQ(draft.quantize_lm_head(bf16_act), size_t(V * H + V * H / 32));
+    const m3::Linear& q = draft.lm_head();
+    ASSERT_EQ(q.kind, m3::LinearKind::MXFP8);
+    EXPECT_EQ(q.act_bf16, bf16_act);
+    // The copy's rows are the MXFP8 quantisation of the target's rows.
+    std::vector<float> tr(static_cast<size_t>(H)), qr(static_cast<size_t>(H)), want(static_cast<size_t>(H));
+    std::vector<uint8_t> codes(static_cast<size_t>(H)), scales(static_cast<size_t>(H / 32));
+    for (int64_t r : {int64_t(0), int64_t(1), int64_t(5), V / 2, V - 5, V - 1}) {
+      m3::linear_decode_rows(t, r, 1, tr.data());
+      m3::mxfp8_quantize_row(tr.data(), H, codes.data(), scales.data());
+      m3::Linear one;
+      one.kind = m3::LinearKind::MXFP8;
+      one.N = 1;
+      one.K = H;
+      one.w = codes.data();
+      one.scales = scales.data();
+      m3::linear_decode_rows(one, 0, 1, want.data());
+      m3::linear_decode_rows(q, r, 1, qr.data());
+      for (int64_t k = 0; k < H; ++k) ASSERT_EQ(qr[size_t(k)], want[size_t(k)]) << "row " << r << " element " << k;
+    }
+    // propose() goes through the copy.
+    m.set_tap_layers(draft.config().target_layers);
+    std::vector<float> taps(static_cast<size_t>(T * draft.taps_width())), logits(static_cast<size_t>(V));
+    m3::SeqCache cache = m.new_cache(T);
+    m3::BatchItem it{&cache, toks.data(), T, 0, T - 1};
+    m.forward_batch(&it, 1, logits.data(), m3::AttentionPath::Sparse, taps.data());
+    m.set_tap_layers({});
+    m3::SeqCache dkv(draft.config().kv_layout(), T);
+    m3::DraftContextRows rows{&dkv, taps.data(), 0, T - 1};
+    draft.write_context(&rows, 1);
+    dkv.n_tokens = T - 1;
+    const int S = 3;
+    std::vector<float> z(size_t(S * V));
+    m3::DraftQuery dq{&dkv, toks.back(), T - 1};
+    draft.propose(&dq, 1, S, z.data());
+    std::vector<float> x(static_cast<size_t>(H));
+    double worst = 0;
+    for (int j = 0; j < S; ++j) {
+      std::copy_n(draft.slot_hidden(j), H, x.data());
+      if (bf16_act)
+        for (float& v : x) {
+          uint32_t u;
+          std::memcpy(&u, &v, 4);
+          u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+          std::memcpy(&v, &u, 4);
+        }
+      for (int64_t r = 0; r < V; ++r) {
+        m3::linear_decode_rows(q, r, 1, qr.data());
+        double ref = 0, mag = 0;
+        for (int64_t k = 0; k < H; ++k) {
+          ref += double(x[size_t(k)]) * double(qr[size_t(k)]);
+          mag += std::fabs(double(x[size_t(k)]) * double(qr[size_t(k)]));
+        }
+        const double err = std::fabs(double(z[size_t(j * V + r)]) - ref) / std::max(mag, 1e-30);
+        worst = std::max(worst, err);
+      }
+    }
+    EXPECT_LT(worst, bf16_act ? 1e-3 : 1e-4) << (bf16_act ? "bf16" : "fp32") << " activations";
+    std::printf("draft logits through the MXFP8 lm_head copy (%s activations): worst error / sum |products| %.3g\n",
+                bf16_act ? "bf16" : "fp32", worst);
+  }
 }
 
 // The draft's block pass with a slot count per query writes each query's first rows as the pass with
@@ -463,9 +545,11 @@ void check_lossless(const char* rejection, const m3::StepCostModel* cost = nullp
   EngineConfig c = spec_config(3, rejection);
   if (bf16_draft) {
     c.spec.draft_activations = "bf16";
+    c.spec.draft_lm_head = "mxfp8";  // and the draft's own MXFP8 lm_head: another q, the same law
     c.spec.adaptive = false;  // every step verifies its drafts: tokens 2-4 all from speculative steps
   } else {
     c.spec.draft_activations = "fp32";  // the exact draft ("auto", the default, is bf16 on AVX512-BF16)
+    c.spec.draft_lm_head = "target";
   }
   c.spec.adaptive_verification = confidence;
   if (draft_topk > 0) {
@@ -596,14 +680,16 @@ TEST(SpecEngine, AdaptiveVerificationNeverChangesGreedyOutput) {
               (long long)st_conf.spec_cut_by_confidence);
 }
 
-// draft_activations "bf16" (the demo draft is MXFP8): greedy output is the target's, token for token,
-// alone and in the mixed batch, and the draft still proposes tokens the target keeps.
+// draft_activations "bf16" (the demo draft is MXFP8) and the draft's MXFP8 lm_head copy: greedy output
+// is the target's, token for token, alone and in the mixed batch, and the draft still proposes tokens
+// the target keeps.
 TEST(SpecEngine, Bf16DraftActivationsKeepGreedyOutput) {
   EngineConfig base;
   base.num_pages = 64;
   const auto ref = run_mixed(base);
   EngineConfig c = spec_config(7, "block");
   c.spec.draft_activations = "bf16";
+  c.spec.draft_lm_head = "mxfp8";
   m3::EngineStats st;
   const auto got = run_mixed(c, 16, false, &st);
   ASSERT_EQ(got.size(), ref.size());
@@ -846,6 +932,14 @@ TEST(SpecEngine, BadConfigurationsFailAtStart) {
   EXPECT_EQ(m3::SpeculativeConfig::parse(R"({"method":"dspark","num_speculative_tokens":3,"draft_activations":"bf16"})")
                 .draft_activations,
             "bf16");
+  EXPECT_NE(msg([] {
+              m3::SpeculativeConfig::parse(R"({"method":"dspark","num_speculative_tokens":3,"draft_lm_head":"nvfp4"})");
+            }).find("draft_lm_head: \"nvfp4\" is not supported (expected one of \"auto\", \"target\", \"mxfp8\")"),
+            std::string::npos);
+  EXPECT_EQ(m3::SpeculativeConfig::parse(R"({"method":"dspark","num_speculative_tokens":3})").draft_lm_head, "auto");
+  EXPECT_EQ(m3::SpeculativeConfig::parse(R"({"method":"dspark","num_speculative_tokens":3,"draft_lm_head":"mxfp8"})")
+                .draft_lm_head,
+            "mxfp8");
   // enable_adaptive_verification: a boolean, with adaptive speculation (its step costs), and a draft
   // with a confidence head; dspark_draft_topk is refused by name.
   EXPECT_NE(msg([] {
