@@ -43,7 +43,7 @@ SpeculativeConfig SpeculativeConfig::parse(const std::string& text) {
                                   "rejection_sample_method", "kv_cache_dtype", "attention_backend",
                                   "synthetic_acceptance_length", "synthetic_acceptance_rates",
                                   "enable_adaptive_verification", "dspark_draft_topk",
-                                  "adaptive_num_speculative_tokens", "draft_activations", "draft_lm_head"};
+                                  "adaptive_num_speculative_tokens", "draft_activations", "draft_weights"};
     bool ok = false;
     for (const char* k : known) ok |= it.key() == k;
     if (!ok) bad(it.key(), "unknown key");
@@ -72,7 +72,7 @@ SpeculativeConfig SpeculativeConfig::parse(const std::string& text) {
     c.adaptive = o["adaptive_num_speculative_tokens"].get<bool>();
   }
   if (o.contains("draft_activations")) c.draft_activations = one_of(o, "draft_activations", {"auto", "fp32", "bf16"});
-  if (o.contains("draft_lm_head")) c.draft_lm_head = one_of(o, "draft_lm_head", {"auto", "target", "mxfp8"});
+  if (o.contains("draft_weights")) c.draft_weights = one_of(o, "draft_weights", {"auto", "checkpoint", "mxfp8"});
   // vLLM's dspark_draft_topk (its markov_topk): the Markov bias on the k best base logits only, the
   // draft drawn among them (verification compares with that q, so output stays exact).
   if (o.contains("dspark_draft_topk") && !o["dspark_draft_topk"].is_null()) {
@@ -118,7 +118,7 @@ std::string SpeculativeConfig::describe() const {
     << (adaptive ? ", drafts verified per request as measured acceptance and step costs pay" : ", every draft verified")
     << (adaptive_verification ? ", then cut where the draft's confidence head says the next one will not pay" : "");
   if (draft_activations != "fp32") o << ", draft activations " << draft_activations;
-  if (draft_lm_head != "target") o << ", draft lm_head " << draft_lm_head;
+  if (draft_weights != "checkpoint") o << ", draft weights " << draft_weights;
   if (draft_topk > 0) o << ", Markov bias on the " << draft_topk << " best draft logits per position";
   if (rejection_sample_method == "synthetic") {
     if (synthetic_acceptance_length > 0) o << " (acceptance length " << synthetic_acceptance_length << ")";

@@ -32,12 +32,13 @@ struct SpeculativeConfig {
   // length is the same either way (2.35 fp32, 2.37 bf16), and the draft pass, which at the small
   // presets costs about a target step, is faster.
   std::string draft_activations = "auto";
-  // m3serve's key "draft_lm_head": "target" (the draft's slots go through the target's lm_head, as
-  // loaded), "mxfp8" (through the draft's own MXFP8 copy of a BF16 / F16 / F32 lm_head, quantised at
-  // load, DSparkDraft::quantize_lm_head; it costs N x K x 33/32 bytes of memory) or "auto" (default:
-  // mxfp8 where the draft's activations resolve to bf16, else target). As draft_activations, it moves
-  // only the proposals, never the output's distribution.
-  std::string draft_lm_head = "auto";
+  // m3serve's key "draft_weights": "checkpoint" (the draft multiplies with its matrices as loaded, and
+  // its slots go through the target's lm_head), "mxfp8" (MXFP8 copies of its wide matrices, its fc and
+  // the target's lm_head where they are BF16 / F16 / F32, quantised at load,
+  // DSparkDraft::quantize_wide_weights; N x K x 33/32 bytes each) or "auto" (default: mxfp8 where the
+  // draft's activations resolve to bf16, else checkpoint). As draft_activations, it moves only the
+  // proposals, never the output's distribution.
+  std::string draft_weights = "auto";
   // "enable_adaptive_verification" (vLLM's key, default false): after the draft pass, each request's
   // drafts are cut where the draft's confidence head (DSparkDraft::confidence) puts the survival
   // probability of the next one below what its verified row costs (Speculator::cut_by_confidence).

@@ -34,17 +34,17 @@ Speculator::Speculator(const SpeculativeConfig& cfg, Model& target, KVDtype targ
                   " has no MXFP8 or NVFP4 layers (BF16 activations apply to those only); remove the key");
     cfg_.draft_activations = "fp32";  // "auto" on a BF16 draft: nothing to round
   }
-  if (cfg_.draft_lm_head == "auto") cfg_.draft_lm_head = cfg_.draft_activations == "bf16" ? "mxfp8" : "target";
-  if (cfg_.draft_lm_head == "mxfp8") {
-    draft_lm_head_bytes_ = draft_->quantize_lm_head(cfg_.draft_activations == "bf16");
-    if (draft_lm_head_bytes_ == 0) {
-      if (cfg.draft_lm_head == "mxfp8")
-        throw Error("--speculative-config draft_lm_head \"mxfp8\": the target's lm_head is " +
-                    std::string(linear_kind_name(target.weights().lm_head().kind)) + " with " +
-                    std::to_string(target.weights().lm_head().K) +
-                    " in-features; an MXFP8 copy is made only of a BF16, F16 or F32 lm_head whose in-features "
-                    "are a multiple of 32; remove the key");
-      cfg_.draft_lm_head = "target";  // "auto": the target's matrix is already as narrow
+  if (cfg_.draft_weights == "auto") cfg_.draft_weights = cfg_.draft_activations == "bf16" ? "mxfp8" : "checkpoint";
+  if (cfg_.draft_weights == "mxfp8") {
+    draft_copy_bytes_ = draft_->quantize_wide_weights(cfg_.draft_activations == "bf16");
+    if (draft_copy_bytes_ == 0) {
+      if (cfg.draft_weights == "mxfp8")
+        throw Error("--speculative-config draft_weights \"mxfp8\": neither the draft's fc (" +
+                    std::string(linear_kind_name(draft_->fc().kind)) + ") nor the target's lm_head (" +
+                    std::string(linear_kind_name(target.weights().lm_head().kind)) +
+                    ") is a BF16, F16 or F32 matrix with in-features a multiple of 32, so there is nothing to copy "
+                    "to MXFP8; remove the key");
+      cfg_.draft_weights = "checkpoint";  // "auto": the matrices are already as narrow
     }
   }
   if (cfg.adaptive_verification && !draft_->has_confidence())
@@ -323,7 +323,8 @@ std::string Speculator::describe() const {
   std::ostringstream o;
   o << cfg_.describe() << "; draft " << draft_->config().dir << " (" << draft_->config().n_layers << " layers, block "
     << draft_->config().block_size << ", KV " << kv_dtype_name(kv_dtype_) << " in the same pages";
-  if (draft_lm_head_bytes_) o << ", its MXFP8 lm_head copy " << std::fixed << std::setprecision(1) << double(draft_lm_head_bytes_) / 1e6 << " MB";
+  if (draft_copy_bytes_)
+    o << ", MXFP8 copies of its wide matrices " << std::fixed << std::setprecision(1) << double(draft_copy_bytes_) / 1e6 << " MB";
   o << ")";
   return o.str();
 }

@@ -97,7 +97,7 @@ class Speculator {
   SpeculativeConfig cfg_;
   int64_t vocab_ = 0;
   std::unique_ptr<DSparkDraft> draft_;
-  size_t draft_lm_head_bytes_ = 0;  // the draft's MXFP8 lm_head copy (draft_lm_head "mxfp8"), else 0
+  size_t draft_copy_bytes_ = 0;  // the draft's MXFP8 copies of its wide matrices (draft_weights "mxfp8"), else 0
   std::unique_ptr<KVPool> kv_;
   KVDtype kv_dtype_ = KVDtype::BF16;
   RejectionMethod rejection_ = RejectionMethod::Standard;

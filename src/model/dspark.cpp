@@ -185,37 +185,50 @@ DSparkDraft::DSparkDraft(const std::string& dir, const Model& target)
 
 DSparkDraft::~DSparkDraft() = default;
 
-size_t DSparkDraft::quantize_lm_head(bool bf16_act) {
-  const Linear& t = target_.weights().lm_head();
-  const bool wide = t.kind == LinearKind::BF16 || t.kind == LinearKind::F16 || t.kind == LinearKind::F32;
-  if (!wide || t.K % 32 != 0) return 0;
-  const int64_t N = t.N, K = t.K;
-  lm_head_q_w_.resize(size_t(N * K));
-  lm_head_q_s_.resize(size_t(N * (K / 32)));
+namespace {
+
+// An MXFP8 copy of `src` into `w` / `s` (tiled, on BF16 activations when bf16_act); false (nothing
+// done) unless src is BF16, F16 or F32 with K % 32 == 0.
+bool mxfp8_copy(const Linear& src, bool bf16_act, Linear& out, AlignedVector<uint8_t>& w, AlignedVector<uint8_t>& s) {
+  const bool wide = src.kind == LinearKind::BF16 || src.kind == LinearKind::F16 || src.kind == LinearKind::F32;
+  if (!wide || src.K % 32 != 0) return false;
+  const int64_t N = src.N, K = src.K;
+  w.resize(size_t(N * K));
+  s.resize(size_t(N * (K / 32)));
   WorkerPool::parallel_for(N, 256, [&](int64_t lo, int64_t hi) {
     thread_local std::vector<float> row;
     row.resize(size_t(K));
     for (int64_t n = lo; n < hi; ++n) {
-      linear_decode_rows(t, n, 1, row.data());
-      mxfp8_quantize_row(row.data(), K, &lm_head_q_w_[size_t(n * K)], &lm_head_q_s_[size_t(n * (K / 32))]);
+      linear_decode_rows(src, n, 1, row.data());
+      mxfp8_quantize_row(row.data(), K, &w[size_t(n * K)], &s[size_t(n * (K / 32))]);
     }
   });
   Linear q;
   q.kind = LinearKind::MXFP8;
   q.N = N;
   q.K = K;
-  q.w = lm_head_q_w_.data();
-  q.scales = lm_head_q_s_.data();
-  q.name = t.name + " (the draft's MXFP8 copy)";
+  q.w = w.data();
+  q.scales = s.data();
+  q.name = src.name + " (the draft's MXFP8 copy)";
   set_scale_range(q);
   if (bf16_act) m3::enable_bf16_activations(q);
-  tile_rows(q, lm_head_q_w_.data());
-  lm_head_q_ = q;
-  return lm_head_q_w_.size() + lm_head_q_s_.size();
+  tile_rows(q, w.data());
+  out = q;
+  return true;
+}
+
+}  // namespace
+
+size_t DSparkDraft::quantize_wide_weights(bool bf16_act) {
+  size_t bytes = 0;
+  const std::pair<const Linear*, Mxfp8Copy*> mats[] = {{&target_.weights().lm_head(), &lm_head_q_}, {&fc_, &fc_q_}};
+  for (const auto& [src, copy] : mats)
+    if (copy->L.empty() && mxfp8_copy(*src, bf16_act, copy->L, copy->w, copy->s)) bytes += copy->w.size() + copy->s.size();
+  return bytes;
 }
 
 const Linear& DSparkDraft::lm_head() const {
-  return lm_head_q_.empty() ? target_.weights().lm_head() : lm_head_q_;
+  return lm_head_q_.L.empty() ? target_.weights().lm_head() : lm_head_q_.L;
 }
 
 int DSparkDraft::enable_bf16_activations() {
@@ -258,7 +271,7 @@ void DSparkDraft::write_context(const DraftContextRows* rows, int nrows) {
       std::copy(rows[i].taps + t * TW, rows[i].taps + (t + 1) * TW, x_.data() + r * TW);
       rope_table(rows[i].start + t, cfg_.rotary_dim, cfg_.rope_theta, &cos_[size_t(r * half)], &sin_[size_t(r * half)]);
     }
-  linear_forward(fc_, x_.data(), R, a_.data());
+  linear_forward(fc(), x_.data(), R, a_.data());
   for (int64_t t = 0; t < R; ++t) rms_norm(&a_[size_t(t * H)], hidden_norm_.data(), H, cfg_.rms_eps, &a_[size_t(t * H)]);
   // Context K/V of every layer: no input norm on c (docs/serving.md 1.3 step 3).
   for (int l = 0; l < cfg_.n_layers; ++l) {

@@ -78,17 +78,19 @@ class DSparkDraft {
   // (0: the draft's layers are BF16 or fp32, which have no such path).
   int enable_bf16_activations();
 
-  // Gives the draft its own MXFP8 copy of the target's lm_head, quantised once here with the checkpoints'
-  // MXFP8 rule (formats/quantize.h), tiled, and on BF16 activations when bf16_act (Linear::act_bf16);
-  // propose() then multiplies with it instead of the target's matrix. Why (speed): the lm_head is most
-  // of a draft pass's bytes and products, and the BF16 matrix's few-token step is bound by its decode
-  // (docs/benchmarks.md section 3.1); the copy reads about half the bytes and, on BF16 dot products,
-  // needs no decode per token. Only the draft's proposals move: verification compares the target with
-  // the distribution the drafts were drawn from. Returns the bytes the copy holds; 0 (nothing done)
-  // when the target's lm_head is not BF16, F16 or F32, or its in-features are not a multiple of 32.
-  size_t quantize_lm_head(bool bf16_act);
-  // The matrix propose() multiplies the slots with: the copy above, or the target's lm_head.
+  // Gives the draft MXFP8 copies of its wide matrices: its fc (read by every write_context) and the
+  // target's lm_head (read by every propose()), each a BF16 / F16 / F32 matrix with in-features a
+  // multiple of 32, quantised once here with the checkpoints' MXFP8 rule (formats/quantize.h), tiled,
+  // and on BF16 activations when bf16_act (Linear::act_bf16); the draft then multiplies with the copies.
+  // Why (speed): they are most of the bytes a draft pass and a context write read, and a BF16 matrix's
+  // few-token step is bound by its decode (docs/benchmarks.md section 3.1); a copy reads about half the
+  // bytes and, on BF16 dot products, needs no decode per token. Only the draft's proposals move:
+  // verification compares the target with the distribution the drafts were drawn from. Returns the bytes
+  // the copies hold (0: neither matrix qualifies, nothing done).
+  size_t quantize_wide_weights(bool bf16_act);
+  // The matrices the draft multiplies with: the copies above where made, else the checkpoints'.
   const Linear& lm_head() const;
+  const Linear& fc() const { return fc_q_.L.empty() ? fc_ : fc_q_.L; }
 
   // Fuses the taps and stores the context K/V of every row (all draft layers).
   void write_context(const DraftContextRows* rows, int nrows);
@@ -141,8 +143,11 @@ class DSparkDraft {
   int64_t conf_rows_ = 0;          // output rows of the last propose() (their normed slots are in a_)
   std::vector<float> conf_w1_;     // markov_w1 row workspace of confidence()
   std::vector<Layer> layers_;
-  Linear lm_head_q_;                            // quantize_lm_head's copy; empty: the target's
-  AlignedVector<uint8_t> lm_head_q_w_, lm_head_q_s_;
+  struct Mxfp8Copy {  // quantize_wide_weights' copy of one matrix (L empty: none made)
+    Linear L;
+    AlignedVector<uint8_t> w, s;
+  };
+  Mxfp8Copy lm_head_q_, fc_q_;
   double bytes_ = 0;
   // Workspace, grown on demand.
   int64_t ws_rows_ = 0;

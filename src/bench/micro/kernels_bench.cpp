@@ -262,8 +262,10 @@ BENCHMARK(BM_mxfp8_few_tokens)->Arg(1)->Arg(2)->Arg(3)->Arg(4)->Arg(6)->Arg(8)->
 // The mid preset's lm_head: one BF16 matrix of 32768 x 2048 (134 MB, larger than the last-level
 // cache): the largest single read of a decode step. range(0): 0 = row-major bytes, 1 = tiled for
 // decode (as weights read into memory), 2 = tiled and packed as this ISA's decode step reads it
-// (pack_bf16_tiles for avx512, pack_bf16_nibbles for avx2; bytes/s counts the packed bytes); range(1):
-// tokens (a verification step's rows, the DSpark draft pass's drafted slots).
+// (pack_bf16_tiles for avx512, pack_bf16_nibbles for avx2; bytes/s counts the packed bytes), 3 = an
+// MXFP8 matrix of the same shape (the DSpark draft's copy, draft_weights "mxfp8"), 4 = the same on BF16
+// activations (the copy under draft_activations "bf16"); range(1): tokens (a verification step's rows,
+// the DSpark draft pass's drafted slots).
 void BM_lm_head(benchmark::State& state) {
   const bool mx = state.range(0) >= 3;
   Matrix m(mx ? LinearKind::MXFP8 : LinearKind::BF16, 32768, kK, 9);

@@ -213,12 +213,13 @@ TEST(SpecEngine, DraftBlockPassMatchesPyTorch) {
   std::printf("draft block logits vs PyTorch: max-abs %.3g\n", worst);
 }
 
-// draft_lm_head "mxfp8": the draft's own copy of the target's BF16 lm_head holds, row for row, what the
-// checkpoints' MXFP8 rule makes of the target's values (33/32 bytes a weight), and propose() multiplies
-// the slots with it: each logit is the slot's final-normed state times the copy's row, with fp32
-// activations (a float sum over 256 products: 1e-4) and with BF16 activations (each activation rounded
-// to BF16 first: 1e-3, either rounding of a tie).
-TEST(SpecEngine, DraftMxfp8LmHeadIsTheQuantisedTargetMatrix) {
+// draft_weights "mxfp8": the draft's copies of its wide matrices (its fc, the target's BF16 lm_head)
+// hold, row for row, what the checkpoints' MXFP8 rule makes of the originals (33/32 bytes a weight);
+// write_context() fuses the taps through the fc copy (the slots' states move, a little, against the
+// draft without copies) and propose() multiplies the slots with the lm_head copy: each logit is the
+// slot's final-normed state times the copy's row, with fp32 activations (a float sum over 256 products:
+// 1e-4) and with BF16 activations (each activation rounded to BF16 first: 1e-3, either rounding of a tie).
+TEST(SpecEngine, DraftMxfp8CopiesAreTheQuantisedMatrices) {
   m3::Model& m = demo();
   const m3::Linear& t = m.weights().lm_head();
   ASSERT_EQ(t.kind, m3::LinearKind::BF16);
@@ -226,45 +227,72 @@ TEST(SpecEngine, DraftMxfp8LmHeadIsTheQuantisedTargetMatrix) {
   const auto prompts = demo_prompts();
   const std::vector<int32_t>& toks = prompts[6];
   const int64_t T = int64_t(toks.size());
-  for (bool bf16_act : {false, true}) {
-    m3::DSparkDraft draft(kModel + "/dspark", m);
-    EXPECT_EQ(&draft.lm_head(), &t) << "before the copy, the target's matrix";
-    ASSERT_EQ(draft.quantize_lm_head(bf16_act), size_t(V * H + V * H / 32));
-    const m3::Linear& q = draft.lm_head();
+  m3::DSparkDraft plain(kModel + "/dspark", m);
+  ASSERT_EQ(plain.fc().kind, m3::LinearKind::BF16);
+  const int64_t TW = plain.taps_width();
+  EXPECT_EQ(&plain.lm_head(), &t) << "without copies, the target's matrix";
+  std::vector<float> taps(static_cast<size_t>(T * TW)), logits(static_cast<size_t>(V));
+  m.set_tap_layers(plain.config().target_layers);
+  m3::SeqCache cache = m.new_cache(T);
+  m3::BatchItem it{&cache, toks.data(), T, 0, T - 1};
+  m.forward_batch(&it, 1, logits.data(), m3::AttentionPath::Sparse, taps.data());
+  m.set_tap_layers({});
+  const int S = 3;
+  auto slots = [&](m3::DSparkDraft& d, std::vector<float>& z) {  // the first S slots' logits after the prompt
+    m3::SeqCache dkv(d.config().kv_layout(), T);
+    m3::DraftContextRows rows{&dkv, taps.data(), 0, T - 1};
+    d.write_context(&rows, 1);
+    dkv.n_tokens = T - 1;
+    z.resize(size_t(S * V));
+    m3::DraftQuery dq{&dkv, toks.back(), T - 1};
+    d.propose(&dq, 1, S, z.data());
+  };
+  std::vector<float> z0;
+  slots(plain, z0);
+  const std::vector<float> h0(plain.slot_hidden(0), plain.slot_hidden(0) + S * H);
+  // A copy's row r decodes to the MXFP8 quantisation of the original's row r.
+  auto expect_quantised = [](const m3::Linear& src, const m3::Linear& q) {
     ASSERT_EQ(q.kind, m3::LinearKind::MXFP8);
-    EXPECT_EQ(q.act_bf16, bf16_act);
-    // The copy's rows are the MXFP8 quantisation of the target's rows.
-    std::vector<float> tr(static_cast<size_t>(H)), qr(static_cast<size_t>(H)), want(static_cast<size_t>(H));
-    std::vector<uint8_t> codes(static_cast<size_t>(H)), scales(static_cast<size_t>(H / 32));
-    for (int64_t r : {int64_t(0), int64_t(1), int64_t(5), V / 2, V - 5, V - 1}) {
-      m3::linear_decode_rows(t, r, 1, tr.data());
-      m3::mxfp8_quantize_row(tr.data(), H, codes.data(), scales.data());
+    ASSERT_EQ(q.N, src.N);
+    ASSERT_EQ(q.K, src.K);
+    const int64_t K = src.K;
+    std::vector<float> sr(static_cast<size_t>(K)), qr(static_cast<size_t>(K)), want(static_cast<size_t>(K));
+    std::vector<uint8_t> codes(static_cast<size_t>(K)), scales(static_cast<size_t>(K / 32));
+    for (int64_t r : {int64_t(0), int64_t(1), int64_t(5), src.N / 2, src.N - 5, src.N - 1}) {
+      m3::linear_decode_rows(src, r, 1, sr.data());
+      m3::mxfp8_quantize_row(sr.data(), K, codes.data(), scales.data());
       m3::Linear one;
       one.kind = m3::LinearKind::MXFP8;
       one.N = 1;
-      one.K = H;
+      one.K = K;
       one.w = codes.data();
       one.scales = scales.data();
       m3::linear_decode_rows(one, 0, 1, want.data());
       m3::linear_decode_rows(q, r, 1, qr.data());
-      for (int64_t k = 0; k < H; ++k) ASSERT_EQ(qr[size_t(k)], want[size_t(k)]) << "row " << r << " element " << k;
+      for (int64_t k = 0; k < K; ++k) ASSERT_EQ(qr[size_t(k)], want[size_t(k)]) << src.name << " row " << r << " element " << k;
     }
-    // propose() goes through the copy.
-    m.set_tap_layers(draft.config().target_layers);
-    std::vector<float> taps(static_cast<size_t>(T * draft.taps_width())), logits(static_cast<size_t>(V));
-    m3::SeqCache cache = m.new_cache(T);
-    m3::BatchItem it{&cache, toks.data(), T, 0, T - 1};
-    m.forward_batch(&it, 1, logits.data(), m3::AttentionPath::Sparse, taps.data());
-    m.set_tap_layers({});
-    m3::SeqCache dkv(draft.config().kv_layout(), T);
-    m3::DraftContextRows rows{&dkv, taps.data(), 0, T - 1};
-    draft.write_context(&rows, 1);
-    dkv.n_tokens = T - 1;
-    const int S = 3;
-    std::vector<float> z(size_t(S * V));
-    m3::DraftQuery dq{&dkv, toks.back(), T - 1};
-    draft.propose(&dq, 1, S, z.data());
-    std::vector<float> x(static_cast<size_t>(H));
+  };
+  for (bool bf16_act : {false, true}) {
+    m3::DSparkDraft draft(kModel + "/dspark", m);
+    ASSERT_EQ(draft.quantize_wide_weights(bf16_act), size_t((V * H + H * TW) / 32 * 33));
+    EXPECT_EQ(draft.quantize_wide_weights(bf16_act), 0u) << "the copies are made once";
+    const m3::Linear& q = draft.lm_head();
+    expect_quantised(t, q);
+    expect_quantised(plain.fc(), draft.fc());
+    EXPECT_EQ(q.act_bf16, bf16_act);
+    EXPECT_EQ(draft.fc().act_bf16, bf16_act);
+    std::vector<float> z;
+    slots(draft, z);
+    // The context went through the fc copy: the slots' states moved, by a little.
+    double d2 = 0, n2 = 0;
+    for (int64_t i = 0; i < S * H; ++i) {
+      d2 += std::pow(double(draft.slot_hidden(0)[i]) - double(h0[size_t(i)]), 2);
+      n2 += std::pow(double(h0[size_t(i)]), 2);
+    }
+    EXPECT_GT(d2, 0.0);
+    EXPECT_LT(std::sqrt(d2 / n2), 0.1);
+    // The logits went through the lm_head copy.
+    std::vector<float> x(static_cast<size_t>(H)), qr(static_cast<size_t>(H));
     double worst = 0;
     for (int j = 0; j < S; ++j) {
       std::copy_n(draft.slot_hidden(j), H, x.data());
@@ -282,13 +310,13 @@ TEST(SpecEngine, DraftMxfp8LmHeadIsTheQuantisedTargetMatrix) {
           ref += double(x[size_t(k)]) * double(qr[size_t(k)]);
           mag += std::fabs(double(x[size_t(k)]) * double(qr[size_t(k)]));
         }
-        const double err = std::fabs(double(z[size_t(j * V + r)]) - ref) / std::max(mag, 1e-30);
-        worst = std::max(worst, err);
+        worst = std::max(worst, std::fabs(double(z[size_t(j * V + r)]) - ref) / std::max(mag, 1e-30));
       }
     }
     EXPECT_LT(worst, bf16_act ? 1e-3 : 1e-4) << (bf16_act ? "bf16" : "fp32") << " activations";
-    std::printf("draft logits through the MXFP8 lm_head copy (%s activations): worst error / sum |products| %.3g\n",
-                bf16_act ? "bf16" : "fp32", worst);
+    std::printf("draft with MXFP8 copies (%s activations): slot states %.3g from the plain draft's (relative L2); "
+                "logits against the lm_head copy: worst error / sum |products| %.3g\n",
+                bf16_act ? "bf16" : "fp32", std::sqrt(d2 / n2), worst);
   }
 }
 
@@ -545,11 +573,11 @@ void check_lossless(const char* rejection, const m3::StepCostModel* cost = nullp
   EngineConfig c = spec_config(3, rejection);
   if (bf16_draft) {
     c.spec.draft_activations = "bf16";
-    c.spec.draft_lm_head = "mxfp8";  // and the draft's own MXFP8 lm_head: another q, the same law
+    c.spec.draft_weights = "mxfp8";  // and the draft's MXFP8 copies: another q, the same law
     c.spec.adaptive = false;  // every step verifies its drafts: tokens 2-4 all from speculative steps
   } else {
     c.spec.draft_activations = "fp32";  // the exact draft ("auto", the default, is bf16 on AVX512-BF16)
-    c.spec.draft_lm_head = "target";
+    c.spec.draft_weights = "checkpoint";
   }
   c.spec.adaptive_verification = confidence;
   if (draft_topk > 0) {
@@ -680,7 +708,7 @@ TEST(SpecEngine, AdaptiveVerificationNeverChangesGreedyOutput) {
               (long long)st_conf.spec_cut_by_confidence);
 }
 
-// draft_activations "bf16" (the demo draft is MXFP8) and the draft's MXFP8 lm_head copy: greedy output
+// draft_activations "bf16" (the demo draft is MXFP8) and the draft's MXFP8 copies: greedy output
 // is the target's, token for token, alone and in the mixed batch, and the draft still proposes tokens
 // the target keeps.
 TEST(SpecEngine, Bf16DraftActivationsKeepGreedyOutput) {
@@ -689,7 +717,7 @@ TEST(SpecEngine, Bf16DraftActivationsKeepGreedyOutput) {
   const auto ref = run_mixed(base);
   EngineConfig c = spec_config(7, "block");
   c.spec.draft_activations = "bf16";
-  c.spec.draft_lm_head = "mxfp8";
+  c.spec.draft_weights = "mxfp8";
   m3::EngineStats st;
   const auto got = run_mixed(c, 16, false, &st);
   ASSERT_EQ(got.size(), ref.size());
@@ -933,12 +961,12 @@ TEST(SpecEngine, BadConfigurationsFailAtStart) {
                 .draft_activations,
             "bf16");
   EXPECT_NE(msg([] {
-              m3::SpeculativeConfig::parse(R"({"method":"dspark","num_speculative_tokens":3,"draft_lm_head":"nvfp4"})");
-            }).find("draft_lm_head: \"nvfp4\" is not supported (expected one of \"auto\", \"target\", \"mxfp8\")"),
+              m3::SpeculativeConfig::parse(R"({"method":"dspark","num_speculative_tokens":3,"draft_weights":"nvfp4"})");
+            }).find("draft_weights: \"nvfp4\" is not supported (expected one of \"auto\", \"checkpoint\", \"mxfp8\")"),
             std::string::npos);
-  EXPECT_EQ(m3::SpeculativeConfig::parse(R"({"method":"dspark","num_speculative_tokens":3})").draft_lm_head, "auto");
-  EXPECT_EQ(m3::SpeculativeConfig::parse(R"({"method":"dspark","num_speculative_tokens":3,"draft_lm_head":"mxfp8"})")
-                .draft_lm_head,
+  EXPECT_EQ(m3::SpeculativeConfig::parse(R"({"method":"dspark","num_speculative_tokens":3})").draft_weights, "auto");
+  EXPECT_EQ(m3::SpeculativeConfig::parse(R"({"method":"dspark","num_speculative_tokens":3,"draft_weights":"mxfp8"})")
+                .draft_weights,
             "mxfp8");
   // enable_adaptive_verification: a boolean, with adaptive speculation (its step costs), and a draft
   // with a confidence head; dspark_draft_topk is refused by name.
