@@ -2,7 +2,8 @@
 // Target residual-stream taps of every processed token are fused (fc + hidden_norm) into context
 // K/V of the draft's layers; one parallel pass over a block of dspark_block_size slots (anchor +
 // noise tokens, non-causal inside the block, windowed context) gives the slots' logits through the
-// target's lm_head; the Markov head adds a low-rank bias from the previous draft token, slot by slot.
+// target's lm_head (or the draft's MXFP8 copy of it, quantize_wide_weights); the Markov head adds a
+// low-rank bias from the previous draft token, slot by slot.
 // The draft's K/V live in a KVView the caller owns (the engine keeps them in the target's pages).
 #pragma once
 #include <cstdint>
