@@ -14,10 +14,7 @@ BIN=${1:-build/m3serve}
 MODEL=${2:-models/demo}
 shift 2 || true
 [ $# -gt 0 ] || set -- 'block="rejection_sample_method":"block"'
-ROUNDS=${ROUNDS:-2} K=${K:-7} N=${N:-16} TOKENS=${TOKENS:-128} TEMP=${TEMP:-0.7} CONCS=${CONCS:-"1 8"} EXTRA=${EXTRA:-}
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
 . "$(dirname "$0")/lib/spec_generate.sh"
-spec_requests "$TMP/req.jsonl" "$TEMP" "$N" "$TOKENS"
+spec_init "1 8"
 run() { spec_run "$@"; }  # conc spec-json-or-empty -> "tok/s AL"
 spec_rounds fixed ',"adaptive_num_speculative_tokens":false}' adaptive '}' "$@"

@@ -12,11 +12,8 @@ BIN=${1:-build/m3serve}
 MODEL=${2:-models/demo}
 shift 2 || true
 [ $# -gt 0 ] || set -- 'block="rejection_sample_method":"block"'
-ROUNDS=${ROUNDS:-2} K=${K:-7} N=${N:-16} TOKENS=${TOKENS:-128} TEMP=${TEMP:-0.7} CONCS=${CONCS:-"1"} EXTRA=${EXTRA:-}
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
 . "$(dirname "$0")/lib/spec_generate.sh"
-spec_requests "$TMP/req.jsonl" "$TEMP" "$N" "$TOKENS"
+spec_init "1"
 run() {  # conc spec-json-or-empty -> "tok/s AL"; the draft costs it measured on stderr (read before the
   # result line goes out: the caller starts the next run, which rewrites $TMP/err, once it has that line)
   local r w

@@ -1,6 +1,16 @@
-# Shared by the speculation benchmarks (tools/spec_adaptive_bench.sh, tools/spec_confidence_bench.sh):
+# Shared by the speculation benchmarks (tools/spec_adaptive_bench.sh, spec_confidence_bench.sh, spec_draft_weights_bench.sh):
 # the request file, one timed `m3serve generate --input` run, and the rounds of none / A / B runs.
-# Source it after setting BIN, MODEL, TMP.
+# Source it after setting BIN and MODEL, then call spec_init.
+
+# spec_init DEFAULT_CONCS: the settings every speculation benchmark reads from the environment (ROUNDS=2,
+# K=7 drafts, N=16 requests, TOKENS=128, TEMP=0.7, CONCS, EXTRA), a temporary folder TMP removed on exit,
+# and the request file $TMP/req.jsonl.
+spec_init() {
+  ROUNDS=${ROUNDS:-2} K=${K:-7} N=${N:-16} TOKENS=${TOKENS:-128} TEMP=${TEMP:-0.7} CONCS=${CONCS:-$1} EXTRA=${EXTRA:-}
+  TMP=$(mktemp -d)
+  trap 'rm -rf "$TMP"' EXIT
+  spec_requests "$TMP/req.jsonl" "$TEMP" "$N" "$TOKENS"
+}
 
 # spec_requests FILE TEMP N TOKENS: N requests of TOKENS tokens at TEMP (seeded), the demo's fixed
 # prompts and held-out passages in turn (token ids below every vocabulary here).
