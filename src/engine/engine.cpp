@@ -103,6 +103,10 @@ Engine::Engine(Model& model, const Tokenizer* tok, const EngineConfig& cfg) : mo
   if (!(cfg.max_step_latency_ms >= 0)) throw Error("--max-step-latency-ms must be >= 0 (0 = no cap)");
   sc.step_latency_factor = cfg.step_latency_factor;
   sc.max_step_latency_ms = cfg.max_step_latency_ms;
+  if (!(cfg.step_latency_tail_share >= 0 && cfg.step_latency_tail_share < 1))
+    throw Error("--step-latency-tail-share must be in [0, 1) (a share of inter-token latencies; 0 = every step "
+                "within the factor), got " + std::to_string(cfg.step_latency_tail_share));
+  sc.step_latency_tail_share = cfg.step_latency_tail_share;
   if (cfg.min_prefill_chunk < 1) throw Error("min_prefill_chunk must be at least 1 (long prompts must progress)");
   sc.min_prefill_chunk = cfg.min_prefill_chunk;
   sched_ = std::make_unique<Scheduler>(sc, *blocks_);

@@ -50,6 +50,9 @@ struct EngineConfig {
   // this factor of a decode-only step's measured time, and within the ms cap. 0 turns a bound off.
   double step_latency_factor = 4;
   double max_step_latency_ms = 0;
+  // --step-latency-tail-share: the share of decoding requests' inter-token latencies that steps may hold
+  // up past the factor (SchedulerConfig::step_latency_tail_share), half of what a p99 leaves.
+  double step_latency_tail_share = 0.005;
   int64_t min_prefill_chunk = 32;  // prefill tokens a budgeted step still takes (tests set it lower)
   double watermark = 0.01;
   int64_t max_model_len = 0;  // 0 = the model's max_position_embeddings

@@ -159,9 +159,10 @@ bool Scheduler::start_fetch(Sequence* s) {
   return !missing.empty() && loader_->prefetch(s->id, missing);
 }
 
-int64_t Scheduler::prefill_allowance() const {
+int64_t Scheduler::prefill_allowance(bool with_factor) const {
   constexpr int64_t unbounded = std::numeric_limits<int64_t>::max();
-  if (!cost_ || (cfg_.step_latency_factor <= 0 && cfg_.max_step_latency_ms <= 0)) return unbounded;
+  const double factor = with_factor ? cfg_.step_latency_factor : 0;
+  if (!cost_ || (factor <= 0 && cfg_.max_step_latency_ms <= 0)) return unbounded;
   // The rows this step's decoding requests will bring: their token, and the drafts they may verify;
   // and the running requests whose prompts are still being read.
   int64_t rows = 0, reading = 0;
@@ -200,7 +201,7 @@ int64_t Scheduler::prefill_allowance() const {
   if (shapes >= 0 && (base < 0 || shapes < base)) base = shapes;
   if (base < 0) return unbounded;
   double budget = std::numeric_limits<double>::infinity();
-  if (cfg_.step_latency_factor > 0) budget = cfg_.step_latency_factor * base;
+  if (factor > 0) budget = factor * base;
   if (cfg_.max_step_latency_ms > 0) budget = std::min(budget, cfg_.max_step_latency_ms);
   // The largest chunk that fits (the model is non-decreasing in its prefill tokens).
   int64_t lo = 0, hi = cfg_.max_num_batched_tokens;
@@ -227,8 +228,16 @@ std::vector<ScheduledChunk> Scheduler::schedule() {
     if (cfg_.long_prefill_token_threshold > 0) n = std::min(n, cfg_.long_prefill_token_threshold);
     return n;
   };
-  // Prefill tokens the latency budget leaves this step (decode rows are never held back).
-  int64_t prefill_left = prefill_allowance();
+  // Prefill tokens the latency budget leaves this step (decode rows are never held back). Past the
+  // factor's allowance only while the decoding requests it would hold up stay within the tail share.
+  const int64_t factor_allowance = prefill_allowance();
+  int64_t prefill_left = factor_allowance;
+  int64_t decoding = 0;
+  for (const Sequence* s : running_) decoding += s->num_tokens() - s->num_computed == 1;
+  if (cfg_.step_latency_tail_share > 0 && decoding > 0 && factor_allowance < cfg_.max_num_batched_tokens &&
+      double(tail_held_ + decoding) <= cfg_.step_latency_tail_share * double(tail_decoding_ + decoding))
+    prefill_left = prefill_allowance(false);
+  const int64_t prefill_granted = prefill_left;
   bool preempted = false;
   for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
     Sequence* s = running_[i];
@@ -267,7 +276,10 @@ std::vector<ScheduledChunk> Scheduler::schedule() {
   }
   // No admissions in a step that had to preempt, unless nothing is left running (every running
   // sequence was preempted): then the head of the queue runs alone, as it always fits the pool alone.
-  if (preempted && !plan.empty()) return plan;
+  if (preempted && !plan.empty()) {
+    record_tail(decoding, prefill_granted - prefill_left > factor_allowance ? decoding : 0);
+    return plan;
+  }
   const int64_t watermark_pages = int64_t(std::ceil(cfg_.watermark * double(pool_.num_blocks())));
   while (!waiting_.empty() && budget > 0 && prefill_left > 0 && int64_t(running_.size()) < cfg_.max_num_seqs) {
     Sequence* s = waiting_.front();
@@ -314,7 +326,19 @@ std::vector<ScheduledChunk> Scheduler::schedule() {
     budget -= n;
     if (need > 1) prefill_left -= n;
   }
+  // The decoding requests this step holds up: all it carries, when its prefill went past the factor's
+  // allowance.
+  record_tail(decoding, prefill_granted - prefill_left > factor_allowance ? decoding : 0);
   return plan;
+}
+
+void Scheduler::record_tail(int64_t decoding, int64_t held) {
+  if (decoding == 0) return;
+  TailStep& slot = tail_ring_[tail_next_];
+  tail_decoding_ += decoding - slot.decoding;
+  tail_held_ += held - slot.held;
+  slot = {int32_t(decoding), int32_t(held)};
+  tail_next_ = (tail_next_ + 1) % tail_ring_.size();
 }
 
 void Scheduler::commit(const std::vector<ScheduledChunk>& plan) {

@@ -48,6 +48,14 @@ struct SchedulerConfig {
   double step_latency_factor = 0;
   double max_step_latency_ms = 0;
   int64_t min_prefill_chunk = 32;
+  // The factor bounds the tail of the inter-token latency (its p99 against its median), not every
+  // sample: a step may take prefill beyond the factor's allowance (up to the token budgets and
+  // max_step_latency_ms) while the decoding requests it holds up, added to those held up by such steps
+  // over the last kTailWindowSteps steps, stay within this share of the decoding requests those steps
+  // and it carry. Why: when one or two requests decode beside a batch of prompts (requests finishing
+  // at different times), reading the prompts in the factor's small chunks costs every request a step's
+  // fixed part per chunk, and holding up those few inter-token latencies does not move the p99.
+  double step_latency_tail_share = 0;
 };
 
 struct ScheduledChunk {
@@ -117,7 +125,10 @@ class Scheduler {
   void set_cost_model(const StepCostModel* m) { cost_ = m; }
   // Prefill tokens a step carrying the running decode rows may take within the latency budget
   // (INT64_MAX when unbounded: no budget, no decode rows, or a cost model that cannot tell yet).
-  int64_t prefill_allowance() const;
+  // Without the factor (with_factor false): what max_step_latency_ms alone allows.
+  int64_t prefill_allowance(bool with_factor = true) const;
+  // The steps the tail share (SchedulerConfig::step_latency_tail_share) is counted over.
+  static constexpr int kTailWindowSteps = 1024;
   // Called for each page that a step completed and that entered the prefix cache; `from_decode`: the
   // page holds generated tokens (a shared tier writes pages then).
   using ComputedFn =
@@ -149,6 +160,15 @@ class Scheduler {
   PrefixLoader* loader_ = nullptr;
   RemoteImporter* importer_ = nullptr;
   const StepCostModel* cost_ = nullptr;
+  // The last kTailWindowSteps steps that carried decoding requests: how many each carried, and how
+  // many of those it held up beyond the factor's allowance (a ring; the sums over it).
+  struct TailStep {
+    int32_t decoding = 0, held = 0;
+  };
+  std::vector<TailStep> tail_ring_ = std::vector<TailStep>(kTailWindowSteps);
+  size_t tail_next_ = 0;
+  int64_t tail_decoding_ = 0, tail_held_ = 0;
+  void record_tail(int64_t decoding, int64_t held);
   ComputedFn on_computed_;
   std::vector<std::pair<Sequence*, std::string>> load_failures_;
 };

@@ -228,6 +228,80 @@ TEST(SchedulerBudget, ReferenceIsTheBatchTheWaitingRequestsJoin) {
   EXPECT_EQ(allowance(config(4), 256, 5, 1), 13);
 }
 
+// The tail share: a step may read prompts past the factor's allowance while the decoding requests it
+// holds up, with those held up over the window before it, stay within the share of the decoding
+// requests it and the window's steps carry.
+TEST(SchedulerBudget, TailShareLetsFewDecodingRequestsWait) {
+  // Runs `steps` decode-only steps of the decoding requests (each gains a token).
+  auto decode_steps = [](Fixture& f, int steps) {
+    for (int i = 0; i < steps; ++i) {
+      const auto plan = f.sched->schedule();
+      ASSERT_EQ(Fixture::shape(plan).first, 0);
+      f.sched->commit(plan);
+      for (const auto& c : plan) c.seq->output.push_back(7);
+    }
+  };
+  // Prefill tokens of the next step with a 1000-token prompt waiting or being read.
+  auto next_prefill = [](Fixture& f) {
+    const auto plan = f.sched->schedule();
+    f.sched->commit(plan);
+    for (const auto& c : plan)
+      if (c.sample) c.seq->output.push_back(7);
+    return Fixture::shape(plan).first;
+  };
+  auto c = config(4);
+  c.step_latency_tail_share = 0.01;
+  {
+    // Nothing measured yet: 1 held up of 1 is over 1%, so the factor's chunk (a batch of 2: 12 ms,
+    // 48 ms of budget, 11 + 2 P <= 48 -> 18).
+    Fixture f(c);
+    f.decoding(1);
+    f.add(1000);
+    EXPECT_EQ(next_prefill(f), 18);
+  }
+  {
+    // After 199 steps of one decoding request: holding it up is 1 of 200, 1%: the whole token
+    // budget (512 minus the decode row); then 2 of 201 (the share allows 2.01), the next 511 tokens
+    // at once too; then 3 of 202 is over: the factor's chunks again (18, as above).
+    Fixture f(c);
+    f.decoding(1);  // its prompt's step carried no decoding request
+    decode_steps(f, 199);
+    f.add(2000);
+    EXPECT_EQ(next_prefill(f), 511);
+    EXPECT_EQ(next_prefill(f), 511);
+    EXPECT_EQ(next_prefill(f), 18);
+  }
+  {
+    // Four decoding requests after 50 steps: holding them up is 4 of 204, over 2%: the factor's
+    // chunk (a batch of 5, as in ChunkIsTheLargestWithinTheBudget).
+    Fixture f(c);
+    f.decoding(4);
+    decode_steps(f, 50);
+    f.add(1000);
+    EXPECT_EQ(next_prefill(f), 23);
+  }
+  {
+    // The share 0: every step within the factor, however long the history.
+    auto z = c;
+    z.step_latency_tail_share = 0;
+    Fixture f(z);
+    f.decoding(1);
+    decode_steps(f, 300);
+    f.add(1000);
+    EXPECT_EQ(next_prefill(f), 18);
+  }
+  {
+    // --max-step-latency-ms stays a hard cap: past the factor only up to it (11 + 2 P <= 200 -> 94).
+    auto m = c;
+    m.max_step_latency_ms = 200;
+    Fixture f(m);
+    f.decoding(1);
+    decode_steps(f, 199);
+    f.add(1000);
+    EXPECT_EQ(next_prefill(f), 94);
+  }
+}
+
 TEST(FittedStepCost, RecoversALinearCostAndStaysNonNegative) {
   m3::FittedStepCost m(0.98);
   EXPECT_LT(m.predict_ms(10, 1), 0);
@@ -321,6 +395,28 @@ TEST(EngineStepBudget, GreedyOutputUnchangedByTheBudget) {
   // 1000 prompt tokens 7 at a time while a and b decode: far more steps than a and b's outputs alone.
   EXPECT_GT(steps_on, 125);
   EXPECT_LT(steps_off, 125);
+}
+
+// A share outside [0, 1) is refused by the flag's name; the bounds are taken.
+TEST(EngineStepBudget, TailShareOutOfRangeIsRefusedByName) {
+  static m3::Model model(m3test::golden_model_dir("m31-tiny"));
+  for (double bad : {-0.1, 1.0, 2.0}) {
+    m3::EngineConfig cfg;
+    cfg.num_pages = 8;
+    cfg.step_latency_tail_share = bad;
+    try {
+      m3::Engine e(model, nullptr, cfg);
+      ADD_FAILURE() << bad << " accepted";
+    } catch (const m3::Error& err) {
+      EXPECT_NE(std::string(err.what()).find("--step-latency-tail-share"), std::string::npos) << err.what();
+    }
+  }
+  for (double good : {0.0, 0.005, 0.5}) {
+    m3::EngineConfig cfg;
+    cfg.num_pages = 8;
+    cfg.step_latency_tail_share = good;
+    EXPECT_NO_THROW(m3::Engine(model, nullptr, cfg)) << good;
+  }
 }
 
 }  // namespace
