@@ -5,8 +5,9 @@
 # round and concurrency, shared by both servers, so neither finds the other's prompts in its prefix cache.
 # Usage: tools/step_budget_bench.sh [m3serve] [model dir] [workdir]
 #   ROUNDS=2, CONFIGS="8:16 32:32" (concurrency:prompts), ON_FLAGS (extra flags of the budgeted server),
-#   PORT=8031 (off) and PORT+1 (on); NEW_BIN: a second build served with its defaults on PORT+2 ("new"),
-#   run in every round beside the other two (the order rotates), to compare two schedulers.
+#   PORT=8031 (off) and PORT+1 (on); NEW_BIN: a second build served on PORT+2 ("new") with its defaults
+#   and NEW_FLAGS (not ON_FLAGS), run in every round beside the other two (the order rotates), to compare
+#   two schedulers, or two settings of one build (NEW_BIN = BIN).
 set -euo pipefail
 BIN=$(realpath "${1:-build/m3serve}")
 MODEL=${2:-/tmp/m3perf/mid-m31}
@@ -24,7 +25,7 @@ OFF=$!
 ON=$!
 NEW=
 if [ -n "${NEW_BIN:-}" ]; then
-  "$(realpath "$NEW_BIN")" serve "$MODEL" --kv-cache-memory 3 --max-model-len 4096 --port $((PORT + 2)) ${ON_FLAGS:-} \
+  "$(realpath "$NEW_BIN")" serve "$MODEL" --kv-cache-memory 3 --max-model-len 4096 --port $((PORT + 2)) ${NEW_FLAGS:-} \
     >"$WORK/serve_new.log" 2>&1 &
   NEW=$!
 fi
