@@ -199,6 +199,9 @@ void run_batch(Opts& o) {
                "%lld/%lld tokens hit, %lld preemptions\n",
                reqs.size(), (long long)generated, secs, double(generated) / secs, (long long)st.steps,
                (long long)st.prefix_hits, (long long)st.prefix_queries, (long long)st.preemptions);
+  if (st.tail_steps)
+    std::fprintf(stderr, "[m3serve] %lld steps read prompts past --step-latency-factor, holding up %lld inter-token "
+                 "latencies (--step-latency-tail-share)\n", (long long)st.tail_steps, (long long)st.tail_held);
   if (engine.speculative()) std::fprintf(stderr, "[m3serve] %s\n", engine.spec_summary().c_str());
   const size_t failed = reqs.size() - size_t(std::count(errors.begin(), errors.end(), std::string()));
   if (failed)

@@ -722,6 +722,8 @@ EngineStats Engine::stats() const {
   s.prefix_queries = sched_->stats().prefix_queries;
   s.prefix_hits = sched_->stats().prefix_hits;
   s.preemptions = sched_->stats().preemptions;
+  s.tail_steps = sched_->stats().tail_steps;
+  s.tail_held = sched_->stats().tail_held;
   s.running = sched_->num_running();
   s.waiting = sched_->num_waiting();
   s.free_pages = blocks_->num_free();

@@ -102,6 +102,7 @@ struct EngineStats {
   int64_t prefix_queries = 0;
   int64_t prefix_hits = 0;
   int64_t preemptions = 0;
+  int64_t tail_steps = 0, tail_held = 0;  // SchedulerStats: steps past the latency factor, requests held up
   size_t running = 0, waiting = 0;
   int64_t free_pages = 0, total_pages = 0;
   // Speculative decoding (vLLM's spec_decode_* counters).

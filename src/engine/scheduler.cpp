@@ -235,7 +235,8 @@ std::vector<ScheduledChunk> Scheduler::schedule() {
   int64_t decoding = 0;
   for (const Sequence* s : running_) decoding += s->num_tokens() - s->num_computed == 1;
   if (cfg_.step_latency_tail_share > 0 && decoding > 0 && factor_allowance < cfg_.max_num_batched_tokens &&
-      double(tail_held_ + decoding) <= cfg_.step_latency_tail_share * double(tail_decoding_ + decoding))
+      double(tail_held_ + decoding) <=
+          cfg_.step_latency_tail_share * double(std::min<int64_t>(tail_decoding_ + decoding, kTailWindowRequests)))
     prefill_left = prefill_allowance(false);
   const int64_t prefill_granted = prefill_left;
   bool preempted = false;
@@ -334,11 +335,24 @@ std::vector<ScheduledChunk> Scheduler::schedule() {
 
 void Scheduler::record_tail(int64_t decoding, int64_t held) {
   if (decoding == 0) return;
-  TailStep& slot = tail_ring_[tail_next_];
-  tail_decoding_ += decoding - slot.decoding;
-  tail_held_ += held - slot.held;
-  slot = {int32_t(decoding), int32_t(held)};
-  tail_next_ = (tail_next_ + 1) % tail_ring_.size();
+  const size_t n = tail_ring_.size();
+  if (tail_steps_ == n) {  // cannot happen while every step carries one (the trim below), but stay safe
+    tail_decoding_ -= tail_ring_[tail_first_].decoding;
+    tail_held_ -= tail_ring_[tail_first_].held;
+    tail_first_ = (tail_first_ + 1) % n;
+    --tail_steps_;
+  }
+  tail_ring_[(tail_first_ + tail_steps_++) % n] = {int32_t(decoding), int32_t(held)};
+  tail_decoding_ += decoding;
+  tail_held_ += held;
+  if (held) ++stats_.tail_steps, stats_.tail_held += held;
+  // The oldest steps leave while the window holds more than kTailWindowRequests.
+  while (tail_steps_ > 1 && tail_decoding_ > kTailWindowRequests) {
+    tail_decoding_ -= tail_ring_[tail_first_].decoding;
+    tail_held_ -= tail_ring_[tail_first_].held;
+    tail_first_ = (tail_first_ + 1) % n;
+    --tail_steps_;
+  }
 }
 
 void Scheduler::commit(const std::vector<ScheduledChunk>& plan) {

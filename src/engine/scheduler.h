@@ -51,8 +51,10 @@ struct SchedulerConfig {
   // The factor bounds the tail of the inter-token latency (its p99 against its median), not every
   // sample: a step may take prefill beyond the factor's allowance (up to the token budgets and
   // max_step_latency_ms) while the decoding requests it holds up, added to those held up by such steps
-  // over the last kTailWindowSteps steps, stay within this share of the decoding requests those steps
-  // and it carry. Why: when one or two requests decode beside a batch of prompts (requests finishing
+  // among the last kTailWindowRequests decoding requests, stay within this share of them. A window of
+  // requests, not of time: the share then holds in any run of requests longer than the window, which a
+  // p99 measured over a benchmark run or a minute of traffic needs (a longer memory let the stalls a
+  // long history allowed fall into one short run). Why: when one or two requests decode beside a batch of prompts (requests finishing
   // at different times), reading the prompts in the factor's small chunks costs every request a step's
   // fixed part per chunk, and holding up those few inter-token latencies does not move the p99.
   double step_latency_tail_share = 0;
@@ -70,6 +72,9 @@ struct SchedulerStats {
   int64_t prefix_queries = 0;  // tokens looked up in the prefix cache
   int64_t prefix_hits = 0;     // of which found
   int64_t preemptions = 0;
+  // Steps that read prompts past --step-latency-factor under the tail share, and the decoding requests
+  // they held up.
+  int64_t tail_steps = 0, tail_held = 0;
 };
 
 // Pages beyond the pool (KV tiers): fills `page` (freshly allocated) with the block (hash, parent,
@@ -127,8 +132,9 @@ class Scheduler {
   // (INT64_MAX when unbounded: no budget, no decode rows, or a cost model that cannot tell yet).
   // Without the factor (with_factor false): what max_step_latency_ms alone allows.
   int64_t prefill_allowance(bool with_factor = true) const;
-  // The steps the tail share (SchedulerConfig::step_latency_tail_share) is counted over.
-  static constexpr int kTailWindowSteps = 1024;
+  // The decoding requests (inter-token latencies) the tail share (SchedulerConfig::step_latency_tail_share)
+  // is counted over.
+  static constexpr int kTailWindowRequests = 1024;
   // Called for each page that a step completed and that entered the prefix cache; `from_decode`: the
   // page holds generated tokens (a shared tier writes pages then).
   using ComputedFn =
@@ -160,13 +166,14 @@ class Scheduler {
   PrefixLoader* loader_ = nullptr;
   RemoteImporter* importer_ = nullptr;
   const StepCostModel* cost_ = nullptr;
-  // The last kTailWindowSteps steps that carried decoding requests: how many each carried, and how
-  // many of those it held up beyond the factor's allowance (a ring; the sums over it).
+  // The last steps that carried decoding requests, up to kTailWindowRequests of them: how many each
+  // carried, and how many of those it held up beyond the factor's allowance (a ring, oldest at
+  // tail_first_; the sums over it). Each step carries at least one, so kTailWindowRequests slots suffice.
   struct TailStep {
     int32_t decoding = 0, held = 0;
   };
-  std::vector<TailStep> tail_ring_ = std::vector<TailStep>(kTailWindowSteps);
-  size_t tail_next_ = 0;
+  std::vector<TailStep> tail_ring_ = std::vector<TailStep>(kTailWindowRequests);
+  size_t tail_first_ = 0, tail_steps_ = 0;
   int64_t tail_decoding_ = 0, tail_held_ = 0;
   void record_tail(int64_t decoding, int64_t held);
   ComputedFn on_computed_;

@@ -28,13 +28,13 @@ with open(out, "w") as f:
 PY
 }
 
-# spec_run CONC [SPEC_JSON]: generate over $TMP/req.jsonl at --max-num-seqs CONC; its stderr in $TMP/err;
-# prints "tok/s AL" (AL "-" without speculation).
+# spec_run CONC [SPEC_JSON]: generate over $TMP/req.jsonl at --max-num-seqs CONC (and $RUN_FLAGS); its
+# stderr in $TMP/err; prints "tok/s AL" (AL "-" without speculation).
 spec_run() {
   local args=()
   [ -n "${2:-}" ] && args=(--speculative-config "$2")
   "$BIN" generate --model "$MODEL" --input "$TMP/req.jsonl" --output "$TMP/out.jsonl" --max-num-seqs "$1" \
-    --kv-cache-memory 0.5 "${args[@]}" 2>"$TMP/err" >/dev/null
+    --kv-cache-memory 0.5 ${RUN_FLAGS:-} "${args[@]}" 2>"$TMP/err" >/dev/null
   local tps al
   tps=$(sed -n 's/.* s: \([0-9.]*\) output tokens\/s.*/\1/p' "$TMP/err")
   al=$(sed -n 's/.*acceptance length \([0-9.]*\);.*/\1/p' "$TMP/err")

@@ -229,8 +229,7 @@ TEST(SchedulerBudget, ReferenceIsTheBatchTheWaitingRequestsJoin) {
 }
 
 // The tail share: a step may read prompts past the factor's allowance while the decoding requests it
-// holds up, with those held up over the window before it, stay within the share of the decoding
-// requests it and the window's steps carry.
+// holds up, with those held up among the last 1024 decoding requests, stay within the share of them.
 TEST(SchedulerBudget, TailShareLetsFewDecodingRequestsWait) {
   // Runs `steps` decode-only steps of the decoding requests (each gains a token).
   auto decode_steps = [](Fixture& f, int steps) {
@@ -270,6 +269,8 @@ TEST(SchedulerBudget, TailShareLetsFewDecodingRequestsWait) {
     EXPECT_EQ(next_prefill(f), 511);
     EXPECT_EQ(next_prefill(f), 511);
     EXPECT_EQ(next_prefill(f), 18);
+    EXPECT_EQ(f.sched->stats().tail_steps, 2);
+    EXPECT_EQ(f.sched->stats().tail_held, 2);
   }
   {
     // Four decoding requests after 50 steps: holding them up is 4 of 204, over 2%: the factor's
@@ -278,6 +279,17 @@ TEST(SchedulerBudget, TailShareLetsFewDecodingRequestsWait) {
     f.decoding(4);
     decode_steps(f, 50);
     f.add(1000);
+    EXPECT_EQ(next_prefill(f), 23);
+  }
+  {
+    // The window is the last 1024 decoding requests, not the whole history: after 1000 steps of four
+    // (4000), the share allows 10.24 held up, so two steps of four, then the factor's chunk.
+    Fixture f(c, 1024);
+    f.decoding(4);
+    decode_steps(f, 1000);
+    f.add(5000);
+    EXPECT_EQ(next_prefill(f), 508);
+    EXPECT_EQ(next_prefill(f), 508);
     EXPECT_EQ(next_prefill(f), 23);
   }
   {
