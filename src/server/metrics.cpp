@@ -129,6 +129,9 @@ std::string Metrics::render(const std::string& model_name, const EngineStats& st
     m3("prompt_tokens_computed_total", "counter", "Prompt tokens computed by this engine's forward passes.",
        double(st.prompt_tokens_computed));
     m3("kv_free_pages", "gauge", "KV pages free (cached ones included).", double(st.free_pages));
+    m3("step_latency_tail_steps_total", "counter",
+       "Steps that read prompts past --step-latency-factor under --step-latency-tail-share.", double(st.tail_steps));
+    m3("step_latency_tail_held_total", "counter", "Inter-token latencies those steps held up.", double(st.tail_held));
     if (st.has_leases) {
       // Prefill side of P/D disaggregation: pages held for decode engines under leases.
       m3("kv_leases_active", "gauge", "KV leases held for decode engines.", double(st.leases.active));
