@@ -27,7 +27,7 @@ void add_engine_flags(CLI::App* app, EngineFlags& f) {
                   "cost within this many times a decode-only step of the batch the running and waiting requests form "
                   "(default 4; 0 = off: token budgets only)");
   app->add_option("--step-latency-tail-share", c.step_latency_tail_share,
-                  "Share of the decoding requests' inter-token latencies (over the last 1024 steps) that steps may "
+                  "Share of the decoding requests' inter-token latencies (of the last 1024) that steps may "
                   "hold up past --step-latency-factor to read whole prompts beside a few decoding requests "
                   "(default 0.005, half of what an ITL p99 leaves; 0 = every step within the factor)");
   app->add_option("--max-step-latency-ms", c.max_step_latency_ms,

@@ -10,7 +10,8 @@
 // Time-budgeted steps: with a step cost model (step_cost.h), a step that carries decode rows takes
 // only as many prefill tokens as keep its predicted time within the latency budget, a multiple of the
 // decode-only step of the batch the running and waiting requests form (at least min_prefill_chunk, so
-// long prompts always progress); the token budgets above stay upper bounds.
+// long prompts always progress); the token budgets above stay upper bounds. A step may pass that budget
+// while the decoding requests it holds up stay a small share of the recent ones (the tail share).
 #pragma once
 #include <cstdint>
 #include <chrono>
@@ -54,9 +55,10 @@ struct SchedulerConfig {
   // among the last kTailWindowRequests decoding requests, stay within this share of them. A window of
   // requests, not of time: the share then holds in any run of requests longer than the window, which a
   // p99 measured over a benchmark run or a minute of traffic needs (a longer memory let the stalls a
-  // long history allowed fall into one short run). Why: when one or two requests decode beside a batch of prompts (requests finishing
-  // at different times), reading the prompts in the factor's small chunks costs every request a step's
-  // fixed part per chunk, and holding up those few inter-token latencies does not move the p99.
+  // long history allowed fall into one short run). Why: when one or two requests decode beside a batch
+  // of prompts (requests finishing at different times), reading the prompts in the factor's small
+  // chunks costs every request a step's fixed part per chunk, and holding up those few inter-token
+  // latencies does not move the p99.
   double step_latency_tail_share = 0;
 };
 
