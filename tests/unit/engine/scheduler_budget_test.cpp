@@ -231,16 +231,21 @@ TEST(SchedulerBudget, ReferenceIsTheBatchTheWaitingRequestsJoin) {
 // The tail share: a step may read prompts past the factor's allowance while the decoding requests it
 // holds up, with those held up among the last 1024 decoding requests, stay within the share of them.
 TEST(SchedulerBudget, TailShareLetsFewDecodingRequestsWait) {
-  // Runs `steps` decode-only steps of the decoding requests (each gains a token).
-  auto decode_steps = [](Fixture& f, int steps) {
+  // A scheduler with `decoding` requests that have decoded `steps` steps together, then a prompt of
+  // `prompt` tokens waiting.
+  auto history = [](m3::SchedulerConfig cfg, int decoding, int steps, int prompt, int pages = 256) {
+    auto f = std::make_unique<Fixture>(cfg, pages);
+    f->decoding(decoding);  // their prompts' step carried no decoding request
     for (int i = 0; i < steps; ++i) {
-      const auto plan = f.sched->schedule();
-      ASSERT_EQ(Fixture::shape(plan).first, 0);
-      f.sched->commit(plan);
+      const auto plan = f->sched->schedule();
+      EXPECT_EQ(Fixture::shape(plan).first, 0);
+      f->sched->commit(plan);
       for (const auto& c : plan) c.seq->output.push_back(7);
     }
+    f->add(prompt);
+    return f;
   };
-  // Prefill tokens of the next step with a 1000-token prompt waiting or being read.
+  // Prefill tokens of the next step.
   auto next_prefill = [](Fixture& f) {
     const auto plan = f.sched->schedule();
     f.sched->commit(plan);
@@ -250,68 +255,39 @@ TEST(SchedulerBudget, TailShareLetsFewDecodingRequestsWait) {
   };
   auto c = config(4);
   c.step_latency_tail_share = 0.01;
-  {
-    // Nothing measured yet: 1 held up of 1 is over 1%, so the factor's chunk (a batch of 2: 12 ms,
-    // 48 ms of budget, 11 + 2 P <= 48 -> 18).
-    Fixture f(c);
-    f.decoding(1);
-    f.add(1000);
-    EXPECT_EQ(next_prefill(f), 18);
-  }
+  // Nothing measured yet: 1 held up of 1 is over 1%, so the factor's chunk (a batch of 2: 12 ms, 48 ms
+  // of budget, 11 + 2 P <= 48 -> 18).
+  EXPECT_EQ(next_prefill(*history(c, 1, 0, 1000)), 18);
   {
     // After 199 steps of one decoding request: holding it up is 1 of 200, 1%: the whole token
     // budget (512 minus the decode row); then 2 of 201 (the share allows 2.01), the next 511 tokens
     // at once too; then 3 of 202 is over: the factor's chunks again (18, as above).
-    Fixture f(c);
-    f.decoding(1);  // its prompt's step carried no decoding request
-    decode_steps(f, 199);
-    f.add(2000);
-    EXPECT_EQ(next_prefill(f), 511);
-    EXPECT_EQ(next_prefill(f), 511);
-    EXPECT_EQ(next_prefill(f), 18);
-    EXPECT_EQ(f.sched->stats().tail_steps, 2);
-    EXPECT_EQ(f.sched->stats().tail_held, 2);
+    auto f = history(c, 1, 199, 2000);
+    EXPECT_EQ(next_prefill(*f), 511);
+    EXPECT_EQ(next_prefill(*f), 511);
+    EXPECT_EQ(next_prefill(*f), 18);
+    EXPECT_EQ(f->sched->stats().tail_steps, 2);
+    EXPECT_EQ(f->sched->stats().tail_held, 2);
   }
-  {
-    // Four decoding requests after 50 steps: holding them up is 4 of 204, over 2%: the factor's
-    // chunk (a batch of 5, as in ChunkIsTheLargestWithinTheBudget).
-    Fixture f(c);
-    f.decoding(4);
-    decode_steps(f, 50);
-    f.add(1000);
-    EXPECT_EQ(next_prefill(f), 23);
-  }
+  // Four decoding requests after 50 steps: holding them up is 4 of 204, over 2%: the factor's chunk (a
+  // batch of 5, as in ChunkIsTheLargestWithinTheBudget).
+  EXPECT_EQ(next_prefill(*history(c, 4, 50, 1000)), 23);
   {
     // The window is the last 1024 decoding requests, not the whole history: after 1000 steps of four
     // (4000), the share allows 10.24 held up, so two steps of four, then the factor's chunk.
-    Fixture f(c, 1024);
-    f.decoding(4);
-    decode_steps(f, 1000);
-    f.add(5000);
-    EXPECT_EQ(next_prefill(f), 508);
-    EXPECT_EQ(next_prefill(f), 508);
-    EXPECT_EQ(next_prefill(f), 23);
+    auto f = history(c, 4, 1000, 5000, 1024);
+    EXPECT_EQ(next_prefill(*f), 508);
+    EXPECT_EQ(next_prefill(*f), 508);
+    EXPECT_EQ(next_prefill(*f), 23);
   }
-  {
-    // The share 0: every step within the factor, however long the history.
-    auto z = c;
-    z.step_latency_tail_share = 0;
-    Fixture f(z);
-    f.decoding(1);
-    decode_steps(f, 300);
-    f.add(1000);
-    EXPECT_EQ(next_prefill(f), 18);
-  }
-  {
-    // --max-step-latency-ms stays a hard cap: past the factor only up to it (11 + 2 P <= 200 -> 94).
-    auto m = c;
-    m.max_step_latency_ms = 200;
-    Fixture f(m);
-    f.decoding(1);
-    decode_steps(f, 199);
-    f.add(1000);
-    EXPECT_EQ(next_prefill(f), 94);
-  }
+  // The share 0: every step within the factor, however long the history.
+  auto z = c;
+  z.step_latency_tail_share = 0;
+  EXPECT_EQ(next_prefill(*history(z, 1, 300, 1000)), 18);
+  // --max-step-latency-ms stays a hard cap: past the factor only up to it (11 + 2 P <= 200 -> 94).
+  auto m = c;
+  m.max_step_latency_ms = 200;
+  EXPECT_EQ(next_prefill(*history(m, 1, 199, 1000)), 94);
 }
 
 TEST(FittedStepCost, RecoversALinearCostAndStaysNonNegative) {
