@@ -10,11 +10,7 @@
 #   EXTRA: more keys for both speculative runs, e.g. EXTRA=',"draft_activations":"bf16"'.
 # Prompts: the demo's fixed prompts and held-out passages (token ids below every vocabulary here).
 set -euo pipefail
-BIN=${1:-build/m3serve}
-MODEL=${2:-models/demo}
-shift 2 || true
-[ $# -gt 0 ] || set -- 'block="rejection_sample_method":"block"'
 . "$(dirname "$0")/lib/spec_generate.sh"
-spec_init "1 8"
+spec_init "1 8" "$@"
 run() { spec_run "$@"; }  # conc spec-json-or-empty -> "tok/s AL"
-spec_rounds fixed ',"adaptive_num_speculative_tokens":false}' adaptive '}' "$@"
+spec_rounds fixed ',"adaptive_num_speculative_tokens":false}' adaptive '}' "${SETTINGS[@]}"

@@ -9,13 +9,9 @@
 #   VARIANT: the keys the third run adds (default ',"enable_adaptive_verification":true'), e.g.
 #   VARIANT=',"dspark_draft_topk":64' to time the candidate-pruned Markov head instead.
 set -euo pipefail
-BIN=${1:-build/m3serve}
-MODEL=${2:-models/demo}
-shift 2 || true
-[ $# -gt 0 ] || set -- 'block="rejection_sample_method":"block"'
 VARIANT=${VARIANT:-',"enable_adaptive_verification":true'}
 . "$(dirname "$0")/lib/spec_generate.sh"
-spec_init "1 8"
+spec_init "1 8" "$@"
 run() {  # conc spec-json-or-empty -> "tok/s AL[/cutN]"
   local tps al cut
   read -r tps al < <(spec_run "$@")
@@ -24,4 +20,4 @@ run() {  # conc spec-json-or-empty -> "tok/s AL[/cutN]"
   echo "$tps $al"
 }
 EXTRA=  # this benchmark takes its variant from VARIANT only
-spec_rounds adaptive '}' +variant "$VARIANT}" "$@"
+spec_rounds adaptive '}' +variant "$VARIANT}" "${SETTINGS[@]}"

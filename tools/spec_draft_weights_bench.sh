@@ -8,12 +8,8 @@
 #          'AL4.04="rejection_sample_method":"synthetic","synthetic_acceptance_length":4.04'
 #   ROUNDS=2, K=7, N=16 requests, TOKENS=128, TEMP=0.7, CONCS="1"; EXTRA: more keys for both.
 set -euo pipefail
-BIN=${1:-build/m3serve}
-MODEL=${2:-models/demo}
-shift 2 || true
-[ $# -gt 0 ] || set -- 'block="rejection_sample_method":"block"'
 . "$(dirname "$0")/lib/spec_generate.sh"
-spec_init "1"
+spec_init "1" "$@"
 run() {  # conc spec-json-or-empty -> "tok/s AL"; the draft costs it measured on stderr (read before the
   # result line goes out: the caller starts the next run, which rewrites $TMP/err, once it has that line)
   local r w
@@ -24,4 +20,4 @@ run() {  # conc spec-json-or-empty -> "tok/s AL"; the draft costs it measured on
   fi
   echo "$r"
 }
-spec_rounds checkpoint ',"draft_weights":"checkpoint"}' mxfp8 ',"draft_weights":"mxfp8"}' "$@"
+spec_rounds checkpoint ',"draft_weights":"checkpoint"}' mxfp8 ',"draft_weights":"mxfp8"}' "${SETTINGS[@]}"

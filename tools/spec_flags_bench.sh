@@ -7,13 +7,9 @@
 #          /tmp/mid-m31 'AL4.04="rejection_sample_method":"synthetic","synthetic_acceptance_length":4.04'
 #   ROUNDS=2, K=7, N=16 requests, TOKENS=128, TEMP=0.7, CONCS="8"; EXTRA: more dspark keys for both.
 set -euo pipefail
-BIN=${1:-build/m3serve}
-MODEL=${2:-models/demo}
-shift 2 || true
-[ $# -gt 0 ] || set -- 'block="rejection_sample_method":"block"'
 [ -n "${B_FLAGS:-}" ] || { echo "set B_FLAGS to the engine flags of the second speculative run" >&2; exit 2; }
 . "$(dirname "$0")/lib/spec_generate.sh"
-spec_init "8"
+spec_init "8" "$@"
 run() {  # conc spec-json-or-empty -> "tok/s AL"; a config ending in #flags runs with B_FLAGS
   if [[ "${2:-}" == *"#flags" ]]; then
     RUN_FLAGS="$B_FLAGS" spec_run "$1" "${2%#flags}"
@@ -21,4 +17,4 @@ run() {  # conc spec-json-or-empty -> "tok/s AL"; a config ending in #flags runs
     spec_run "$@"
   fi
 }
-spec_rounds default '}' flags '}#flags' "$@"
+spec_rounds default '}' flags '}#flags' "${SETTINGS[@]}"

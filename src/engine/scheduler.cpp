@@ -335,8 +335,10 @@ std::vector<ScheduledChunk> Scheduler::schedule() {
 
 void Scheduler::record_tail(int64_t decoding, int64_t held) {
   if (decoding == 0) return;
+  // The oldest steps leave while the window, with this step, would hold more than kTailWindowRequests;
+  // every step carries at least one, so the ring then has room for this one.
   const size_t n = tail_ring_.size();
-  if (tail_steps_ == n) {  // cannot happen while every step carries one (the trim below), but stay safe
+  while (tail_steps_ > 0 && tail_decoding_ + decoding > kTailWindowRequests) {
     tail_decoding_ -= tail_ring_[tail_first_].decoding;
     tail_held_ -= tail_ring_[tail_first_].held;
     tail_first_ = (tail_first_ + 1) % n;
@@ -346,13 +348,6 @@ void Scheduler::record_tail(int64_t decoding, int64_t held) {
   tail_decoding_ += decoding;
   tail_held_ += held;
   if (held) ++stats_.tail_steps, stats_.tail_held += held;
-  // The oldest steps leave while the window holds more than kTailWindowRequests.
-  while (tail_steps_ > 1 && tail_decoding_ > kTailWindowRequests) {
-    tail_decoding_ -= tail_ring_[tail_first_].decoding;
-    tail_held_ -= tail_ring_[tail_first_].held;
-    tail_first_ = (tail_first_ + 1) % n;
-    --tail_steps_;
-  }
 }
 
 void Scheduler::commit(const std::vector<ScheduledChunk>& plan) {

@@ -1,12 +1,20 @@
-# Shared by the speculation benchmarks (tools/spec_adaptive_bench.sh, spec_confidence_bench.sh, spec_draft_weights_bench.sh):
-# the request file, one timed `m3serve generate --input` run, and the rounds of none / A / B runs.
-# Source it after setting BIN and MODEL, then call spec_init.
+# Shared by the speculation benchmarks (tools/spec_adaptive_bench.sh, spec_confidence_bench.sh,
+# spec_draft_weights_bench.sh, spec_flags_bench.sh): their arguments, the request file, one timed
+# `m3serve generate --input` run, and the rounds of none / A / B runs. Source it, then call spec_init.
 
-# spec_init DEFAULT_CONCS: the settings every speculation benchmark reads from the environment (ROUNDS=2,
-# K=7 drafts, N=16 requests, TOKENS=128, TEMP=0.7, CONCS, EXTRA), a temporary folder TMP removed on exit,
-# and the request file $TMP/req.jsonl.
+# spec_init DEFAULT_CONCS [m3serve] [model] [label=fragment]...: the script's arguments into BIN
+# (build/m3serve), MODEL (models/demo) and SETTINGS (default the block verification of a trained draft);
+# the settings every speculation benchmark reads from the environment (ROUNDS=2, K=7 drafts, N=16
+# requests, TOKENS=128, TEMP=0.7, CONCS, EXTRA), a temporary folder TMP removed on exit, and the request
+# file $TMP/req.jsonl.
 spec_init() {
-  ROUNDS=${ROUNDS:-2} K=${K:-7} N=${N:-16} TOKENS=${TOKENS:-128} TEMP=${TEMP:-0.7} CONCS=${CONCS:-$1} EXTRA=${EXTRA:-}
+  local concs=$1
+  shift
+  BIN=${1:-build/m3serve} MODEL=${2:-models/demo}
+  shift 2 || true
+  SETTINGS=("$@")
+  [ ${#SETTINGS[@]} -gt 0 ] || SETTINGS=('block="rejection_sample_method":"block"')
+  ROUNDS=${ROUNDS:-2} K=${K:-7} N=${N:-16} TOKENS=${TOKENS:-128} TEMP=${TEMP:-0.7} CONCS=${CONCS:-$concs} EXTRA=${EXTRA:-}
   TMP=$(mktemp -d)
   trap 'rm -rf "$TMP"' EXIT
   spec_requests "$TMP/req.jsonl" "$TEMP" "$N" "$TOKENS"
