@@ -6,6 +6,7 @@
 #include "chat/text_scan.h"
 
 #include <algorithm>
+#include <tuple>
 #include <vector>
 
 #include "base/error.h"
@@ -26,15 +27,18 @@ ReasoningFormat reasoning_format_from_name(const std::string& name) {
   throw Error("unknown reasoning parser '" + name + "' (expected minimax_m3, minimax_m2 or minimax_m2_append_think)");
 }
 
+std::pair<std::string, std::string> ReasoningParser::tags(ReasoningFormat fmt) {
+  if (fmt == ReasoningFormat::MiniMaxM3) return {"<mm:think>", "</mm:think>"};
+  return {"<think>", "</think>"};
+}
+
 ReasoningParser::ReasoningParser(ReasoningFormat fmt, bool start_in_reasoning) : fmt_(fmt) {
-  bool m3 = fmt == ReasoningFormat::MiniMaxM3;
-  open_ = m3 ? "<mm:think>" : "<think>";
-  close_ = m3 ? "</mm:think>" : "</think>";
+  std::tie(open_, close_) = tags(fmt);
   state_ = start_in_reasoning ? State::ReasoningStart : State::ContentStart;
 }
 
 bool ReasoningParser::prompt_starts_reasoning(ReasoningFormat fmt, std::string_view prompt) {
-  std::string_view open = fmt == ReasoningFormat::MiniMaxM3 ? "<mm:think>" : "<think>";
+  const std::string open = tags(fmt).first;
   while (!prompt.empty() && is_ws(prompt.back())) prompt.remove_suffix(1);
   return prompt.size() >= open.size() && prompt.substr(prompt.size() - open.size()) == open;
 }

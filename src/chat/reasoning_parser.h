@@ -5,6 +5,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 
 namespace m3::chat {
 
@@ -33,6 +34,8 @@ class ReasoningParser {
   // True when the rendered prompt ends with the opening think tag (thinking enabled, or M2's
   // `<think>\n` prefill); trailing whitespace after the tag is allowed.
   static bool prompt_starts_reasoning(ReasoningFormat fmt, std::string_view prompt);
+  // The format's opening and closing think tags.
+  static std::pair<std::string, std::string> tags(ReasoningFormat fmt);
 
   // Feeds one detokenised piece; returns what can be emitted now. Text that could be the start of a
   // tag is held back until the next call or finish().

@@ -58,6 +58,7 @@ OfflineRequest parse_offline_request(const json& j, const Tokenizer& tok, int64_
     }
   }
   if (!have_prompt) throw Error(where + ": needs \"prompt\" or \"prompt_token_ids\"");
+  server::check_token_ids_in_vocab(p, vocab, style);
   try {
     if (auto sr = structured::structured_from_request(j))
       p.constraint = structured::make_constraint(sr->grammar, structured::TokenVocab::shared(tok, vocab), tok,

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <string>
 
 #include "base/error.h"
 
@@ -40,6 +41,10 @@ void SamplingParams::validate() const {
   if (logprobs > 20) bad("logprobs", "at most 20");
   for (const auto& s : stop)
     if (s.empty()) bad("stop", "stop strings must not be empty");
+  for (const auto& [id, b] : logit_bias) {
+    if (id < 0) bad("logit_bias", "token id " + std::to_string(id) + " is outside the vocabulary");
+    if (!(b >= -100.0f && b <= 100.0f)) bad("logit_bias", "the bias of token " + std::to_string(id) + " must be in [-100, 100]");
+  }
 }
 
 Sampler::Sampler(const SamplingParams& p) : p_(p), rng_(p.seed) {}
@@ -66,10 +71,15 @@ const float* Sampler::masked(const float* logits, int64_t V, const uint64_t* all
 const float* Sampler::penalized(const float* logits, int64_t V, const std::vector<int32_t>& prompt,
                                 const std::vector<int32_t>& output) {
   SamplerScratch& w = scratch();
-  // Penalties (vLLM semantics): repetition over prompt + output, presence / frequency over output.
-  if (p_.repetition_penalty == 1.0f && p_.presence_penalty == 0.0f && p_.frequency_penalty == 0.0f) return logits;
+  const bool penalties = p_.repetition_penalty != 1.0f || p_.presence_penalty != 0.0f || p_.frequency_penalty != 0.0f;
+  if (!penalties && p_.logit_bias.empty()) return logits;
   w.work.assign(logits, logits + V);
   float* x = w.work.data();
+  // logit_bias first, then the penalties, as vLLM applies them.
+  for (const auto& [id, b] : p_.logit_bias)
+    if (id >= 0 && id < V) x[id] += b;
+  if (!penalties) return x;
+  // Penalties (vLLM semantics): repetition over prompt + output, presence / frequency over output.
   w.counts.assign(size_t(V), 0);
   for (int32_t t : output)
     if (t >= 0 && t < V) ++w.counts[t];

@@ -8,6 +8,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace m3 {
@@ -29,6 +30,10 @@ struct SamplingParams {
   bool ignore_eos = false;
   std::vector<std::string> stop;
   std::vector<int32_t> stop_token_ids;
+  // OpenAI's logit_bias: (token id, bias in [-100, 100]) added to that token's logit before the
+  // penalties and every sampling transform (vLLM's order), in the draft's proposals and in
+  // speculative verification alike. Log-probabilities stay those of the raw model.
+  std::vector<std::pair<int32_t, float>> logit_bias;
   int logprobs = -1;  // -1: none; n >= 0: the chosen token plus the top n
   // Structured output (src/structured): each sequence gets its own matcher from this spec; the
   // logits of tokens it disallows are -inf before every sampling transform.
@@ -84,7 +89,7 @@ class Sampler {
   // vocabulary-sized buffers of its own (about 40 bytes a word: 8 MB at 200K words).
   // Disallowed ids to -inf (into the scratch); logits itself when `allowed` is null.
   const float* masked(const float* logits, int64_t V, const uint64_t* allowed);
-  // Applies the penalties; returns logits itself when there are none, else the scratch's copy.
+  // Applies logit_bias and the penalties; returns logits itself when there are none, else the scratch's copy.
   const float* penalized(const float* logits, int64_t V, const std::vector<int32_t>& prompt,
                          const std::vector<int32_t>& output);
   // temperature > 0: sorts the candidates into the scratch's cand (best first) with their unnormalised

@@ -2,12 +2,13 @@
 #include "server/choice_state.h"
 
 #include <algorithm>
+#include <utility>
 
 namespace m3::server {
 
 TextOptions choice_text_options(const ChoiceOptions& o) {
   TextOptions t;
-  t.skip_special = o.reasoning || o.tool ? false : o.skip_special;
+  t.skip_special = o.reasoning || o.tool || o.keep_think_tags ? false : o.skip_special;
   t.include_stop_str = o.include_stop_str;
   t.hold_back = true;
   t.stop_token_text = false;
@@ -23,8 +24,13 @@ OutputOptions raw_text_options(const ChoiceOptions& o) {
 }
 }  // namespace
 
-ChoiceState::ChoiceState(const Tokenizer*, ChoiceOptions opt)
-    : opt_(std::move(opt)), raw_text_(nullptr, raw_text_options(opt_)) {
+ChoiceState::ChoiceState(const Tokenizer* tok, ChoiceOptions opt)
+    : opt_(std::move(opt)), tok_(tok), raw_text_(nullptr, raw_text_options(opt_)) {
+  if (opt_.keep_think_tags) {
+    const auto [open, close] = chat::ReasoningParser::tags(*opt_.keep_think_tags);
+    kept_specials_ = {open, close};
+    if (opt_.reasoning_start) content_prefix_ = open;
+  }
   if (opt_.reasoning) rp_ = std::make_unique<chat::ReasoningParser>(*opt_.reasoning, opt_.reasoning_start);
   if (opt_.tool) {
     chat::ToolParserOptions to;
@@ -71,6 +77,17 @@ ChoiceDelta ChoiceState::on_output(const RequestOutput& out) {
   prompt_tokens = out.num_prompt_tokens;
   cached_tokens = out.num_cached_tokens;
   tokens.insert(tokens.end(), out.new_tokens.begin(), out.new_tokens.end());
+  // The engine kept special tokens for the parsers (choice_text_options); those the client did not
+  // ask for are taken out after parsing, once the model has emitted them.
+  if (tok_ && opt_.skip_special && !choice_text_options(opt_).skip_special)
+    for (int32_t id : out.new_tokens)
+      if (tok_->is_special(id)) {
+        const std::string& s = tok_->token_bytes(id);
+        if (std::find(kept_specials_.begin(), kept_specials_.end(), s) == kept_specials_.end()) {
+          content_specials_.add(s);
+          reasoning_specials_.add(s);
+        }
+      }
   if (out.stop_string) stop_reason = *out.stop_string;
   ChoiceDelta d = parse(out.new_text, out.finished, out.finish_reason, out.stop_token);
   d.tokens = out.new_tokens;
@@ -117,6 +134,15 @@ ChoiceDelta ChoiceState::parse(std::string feed, bool fin, FinishReason reason, 
   } else {
     d.content = std::move(content_piece);
   }
+  if (content_specials_.active() || fin) {
+    d.content = content_specials_.feed(d.content);
+    if (fin) d.content += content_specials_.finish();
+  }
+  if (reasoning_specials_.active() || fin) {
+    d.reasoning = reasoning_specials_.feed(d.reasoning);
+    if (fin) d.reasoning += reasoning_specials_.finish();
+  }
+  if (!content_prefix_.empty() && (!d.content.empty() || fin)) d.content = std::exchange(content_prefix_, {}) + d.content;
   content += d.content;
   reasoning += d.reasoning;
   if (fin) {

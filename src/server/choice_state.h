@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "chat/reasoning_parser.h"
+#include "chat/special_text_filter.h"
 #include "chat/tool_parser.h"
 #include "engine/engine.h"
 #include "engine/output_processor.h"
@@ -24,9 +25,15 @@ using ojson = nlohmann::ordered_json;
 
 // How one choice's output text is produced and parsed.
 struct ChoiceOptions {
-  bool skip_special = true;  // without parsers: what the client asked for
+  // The client's skip_special_tokens. Without parsers the engine leaves special tokens out of the
+  // text; with them it keeps them for the parsers and ChoiceState takes out what they leave behind.
+  bool skip_special = true;
   std::optional<chat::ReasoningFormat> reasoning;
   bool reasoning_start = false;  // the prompt ends inside an open think tag
+  // "separate_reasoning": false on a server with a reasoning parser: no reasoning parser runs and
+  // content keeps the reasoning with this format's think tags (the opening one put back first when
+  // reasoning_start), so a client that sends the message back gives the template its reasoning.
+  std::optional<chat::ReasoningFormat> keep_think_tags;
   std::optional<chat::ToolFormat> tool;
   nlohmann::json tools;  // request tools (for typing arguments)
   bool parallel_tool_calls = true;
@@ -58,7 +65,7 @@ struct ChoiceDelta {
 // The state of one choice: its parsers and the accumulated result.
 class ChoiceState {
  public:
-  // `tok` is not read: the engine makes the text (the parameter stays for the callers).
+  // `tok` tells which output tokens are special (for skip_special); null: none are taken out.
   ChoiceState(const Tokenizer* tok, ChoiceOptions opt);
   // An engine output of a request made with choice_text_options(opt).
   ChoiceDelta on_output(const RequestOutput& out);
@@ -80,11 +87,16 @@ class ChoiceState {
 
  private:
   ChoiceOptions opt_;
+  const Tokenizer* tok_;
   OutputProcessor raw_text_;  // on_text's stop strings (text only: no detokenisation)
   std::unique_ptr<chat::ReasoningParser> rp_;
   std::unique_ptr<chat::ToolParser> tp_;
   std::vector<chat::ToolCallDelta> forced_deltas_;  // from forced_tool_text, sent with the first output
   std::map<int, int> call_index_;                   // parser index -> output index (-1: dropped name)
+  // skip_special after the parsers: the special tokens' text left in content and in reasoning.
+  chat::SpecialTextFilter content_specials_, reasoning_specials_;
+  std::vector<std::string> kept_specials_;  // keep_think_tags: the tags that stay
+  std::string content_prefix_;              // keep_think_tags: the opening tag, sent before the first content
   std::vector<chat::ToolCallDelta> filter_calls(std::vector<chat::ToolCallDelta> in);
   bool name_allowed(const std::string& name) const;
   // Runs released text through the parsers into the choice.

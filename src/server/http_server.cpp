@@ -48,6 +48,7 @@
 
 #include "chat/json_depth.h"
 #include "base/error.h"
+#include "server/api_translate.h"
 #include "server/async_engine.h"
 #include "server/errors.h"
 #include "server/messages_api.h"
@@ -987,7 +988,19 @@ class Conn : public std::enable_shared_from_this<Conn> {
         case Route::Tokenize: {
           const ojson body = parse_body(req.body());
           if (!body.is_object()) throw bad_request("the request body must be a JSON object");
+          // vLLM's tokenize request fields; those this server does not serve are refused by name.
+          check_api_fields(body,
+                           {"model", "prompt", "messages", "add_special_tokens", "add_generation_prompt",
+                            "return_token_strs", "tools", "chat_template_kwargs", "reasoning_effort"},
+                           {{"continue_final_message", json_null_or_false, "continuing the final message"},
+                            {"chat_template", json_null, "a per-request chat template (the server's template is used)"},
+                            {"mm_processor_kwargs", json_null_or_empty, "multimodal processor options"}},
+                           "/tokenize");
           check_model(body, ctx);
+          auto rts = body.find("return_token_strs");
+          if (rts != body.end() && !rts->is_null() && !rts->is_boolean())
+            throw bad_request("'return_token_strs' must be a boolean", "return_token_strs");
+          const bool token_strs = rts != body.end() && rts->is_boolean() && rts->get<bool>();
           std::vector<int32_t> ids;
           if (body.contains("messages")) {
             // Images count as their expanded placeholder tokens (decoded and resized, not encoded).
@@ -1008,6 +1021,11 @@ class Conn : public std::enable_shared_from_this<Conn> {
           j["count"] = ids.size();
           j["max_model_len"] = ctx.max_model_len;
           j["tokens"] = ids;
+          if (token_strs) {
+            ojson strs = ojson::array();
+            for (int32_t id : ids) strs.push_back(ctx.tok->token_string(id));
+            j["token_strs"] = std::move(strs);
+          }
           write_full(json(200, j));
           return;
         }

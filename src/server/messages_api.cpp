@@ -170,6 +170,9 @@ ojson messages_to_chat(const ojson& body, bool count_only, std::vector<std::stri
     c["max_tokens"] = *mt;
     for (const char* k : {"temperature", "top_p", "top_k", "stream"})
       if (const ojson* v = get_field(body, k)) c[k] = *v;
+    // The Messages API's temperature range is [0, 1] (chat completions' is wider).
+    if (const ojson* t = get_field(body, "temperature"); t && t->is_number() && !(t->get<double>() >= 0.0 && t->get<double>() <= 1.0))
+      throw bad_request("'temperature' must be in [0, 1]", "temperature");
     if (const ojson* s = get_field(body, "stop_sequences")) c["stop"] = array_field(*s, "stop_sequences");
   }
   if (const ojson* t = get_field(body, "tools")) c["tools"] = flat_tools_to_chat(*t, "custom", "input_schema", true, "custom tools with input_schema; Anthropic's server and client tools are not");

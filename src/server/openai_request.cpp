@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "base/error.h"
+#include "chat/json_depth.h"
 #include "server/errors.h"
 #include "server/openai_response.h"
 #include "server/request_fields.h"
@@ -79,6 +80,7 @@ void parse_sampling(const ojson& b, const ServerContext& ctx, ParsedRequest& r) 
     // The numbers' ranges are checked before seed and the stop fields are read.
     if (k == "repetition_penalty") check_sampling_ranges(p);
   }
+  check_token_ids_in_vocab(p, ctx.vocab, kApi);
   const int64_t n = opt_int(b, "n").value_or(1);
   if (n < 1 || n > 128) throw bad_request("'n' must be in [1, 128]", "n");
   r.n = int(n);
@@ -86,7 +88,8 @@ void parse_sampling(const ojson& b, const ServerContext& ctx, ParsedRequest& r) 
   if (const ojson* so = opt_obj(b, "stream_options")) {
     if (!r.stream) throw bad_request("'stream_options' is only allowed when 'stream' is true", "stream_options");
     r.include_usage = opt_bool(*so, "include_usage").value_or(false);
-    r.continuous_usage = opt_bool(*so, "continuous_usage_stats").value_or(false);
+    // As vLLM: usage in every chunk only together with include_usage.
+    r.continuous_usage = r.include_usage && opt_bool(*so, "continuous_usage_stats").value_or(false);
   }
   r.choice.skip_special = opt_bool(b, "skip_special_tokens").value_or(true);
   r.choice.include_stop_str = opt_bool(b, "include_stop_str_in_output").value_or(false);
@@ -276,6 +279,45 @@ void check_content_parts(const ojson& parts, size_t i, const ServerContext& ctx,
   }
 }
 
+// An assistant turn's tool_calls as vLLM takes them back in history: a list of {"id", "type":
+// "function", "function": {"name", "arguments"}} whose arguments are a JSON object or a string holding
+// one. Checked here so a malformed call is refused naming its field, not by the template's error.
+void check_history_tool_calls(const ojson& m, size_t i) {
+  auto tc = m.find("tool_calls");
+  if (tc == m.end() || tc->is_null()) return;
+  const std::string where = "messages[" + std::to_string(i) + "].tool_calls";
+  if (!tc->is_array()) throw bad_request(where + " must be a list (got " + std::string(tc->type_name()) + ")", "messages");
+  for (size_t j = 0; j < tc->size(); ++j) {
+    const ojson& call = (*tc)[j];
+    const std::string at = where + "[" + std::to_string(j) + "]";
+    if (!call.is_object()) throw bad_request(at + " must be an object", "messages");
+    // The template also takes the call's name and arguments at the top level (no "function").
+    const bool nested = call.contains("function");
+    const ojson& fn = nested ? call["function"] : call;
+    const std::string fw = at + (nested ? ".function" : "");
+    if (!fn.is_object() || !fn.contains("name"))
+      throw bad_request(at + " needs 'function': {\"name\": ..., \"arguments\": ...}", "messages");
+    if (!fn["name"].is_string() || fn["name"].get<std::string>().empty())
+      throw bad_request(fw + ".name must be a non-empty string", "messages");
+    auto args = fn.find("arguments");
+    if (args == fn.end() || args->is_null())
+      throw bad_request(fw + ".arguments is required (a JSON object, or a string holding one: \"{}\" for none)",
+                        "messages");
+    if (args->is_object()) continue;
+    bool ok = false;
+    if (args->is_string()) {
+      const ojson parsed = chat::parse_json_limited_or_discarded<ojson>(args->get<std::string>());
+      ok = !parsed.is_discarded() && parsed.is_object();
+    }
+    if (!ok)
+      throw bad_request(fw + ".arguments must be a JSON object or a string holding one (got " +
+                            (args->is_string() ? std::string("a string that is not a JSON object")
+                                               : std::string(args->type_name())) +
+                            ")",
+                        "messages");
+  }
+}
+
 // The M3 template's image marker (model.md 8): one per image, expanded after rendering.
 const std::string kImageMarker = "]<]image[>[";
 // And its video marker: one per video, expanded per temporal group (tokenize_chat).
@@ -296,9 +338,30 @@ std::string render_messages(const ojson& body, const ServerContext& ctx, bool de
     if (c != m.end() && !(c->is_null() || c->is_string() || c->is_array()))
       throw bad_request("message 'content' must be a string or a list of content parts", "messages");
     if (c != m.end() && c->is_array()) check_content_parts(*c, i, ctx, images, image_names);
+    check_history_tool_calls(m, i);
+    for (const char* k : {"reasoning", "reasoning_content"})
+      if (m.contains(k) && !(m[k].is_null() || m[k].is_string()))
+        throw bad_request("messages[" + std::to_string(i) + "]." + k + " must be a string (got " +
+                              std::string(m[k].type_name()) + ")",
+                          "messages");
+  }
+  // An assistant turn's reasoning comes back as `reasoning` (what this server returns first) or as
+  // `reasoning_content`; the template reads the latter, so both names carry it (as vLLM does).
+  ojson rewritten;
+  auto rewrite = [&]() -> ojson& {
+    if (msgs != &rewritten) {
+      rewritten = *msgs;
+      msgs = &rewritten;
+    }
+    return rewritten;
+  };
+  for (size_t i = 0; i < msgs->size(); ++i) {
+    const ojson& m = (*msgs)[i];
+    const bool has_reasoning = m.contains("reasoning") && m["reasoning"].is_string();
+    const bool has_content = m.contains("reasoning_content") && m["reasoning_content"].is_string();
+    if (has_reasoning && !has_content) rewrite()[i]["reasoning_content"] = m["reasoning"];
   }
   // The template renders a {"type": "image"} part as the image marker (vLLM hands it image parts that way).
-  ojson rewritten;
   if (images && !images->empty()) {
     const int64_t n_video = std::count_if(images->begin(), images->end(), [](const ImageInput& in) { return in.video; });
     const int64_t n_image = int64_t(images->size()) - n_video;
@@ -312,23 +375,27 @@ std::string render_messages(const ojson& body, const ServerContext& ctx, bool de
                             std::to_string(ctx.media.limit_image) + " per prompt (--limit-mm-per-prompt {\"image\": " +
                             std::to_string(ctx.media.limit_image) + "})",
                         "messages");
-    rewritten = *msgs;
-    for (auto& m : rewritten) {
+    for (auto& m : rewrite()) {
       auto c = m.find("content");
       if (c == m.end() || !c->is_array()) continue;
       for (auto& p : *c)
         if (p["type"] == "image_url") p = ojson{{"type", "image"}};
         else if (p["type"] == "video_url") p = ojson{{"type", "video"}};
     }
-    msgs = &rewritten;
   }
   ojson tools = nullptr;
   if (const ojson* t = field(body, "tools")) {
     if (!t->is_array()) throw bad_request("'tools' must be a list", "tools");
-    for (auto& tool : *t) {
+    for (size_t i = 0; i < t->size(); ++i) {
+      const ojson& tool = (*t)[i];
       if (!tool.is_object() || !tool.contains("function") || !tool["function"].is_object() ||
           !tool["function"].contains("name") || !tool["function"]["name"].is_string())
         throw bad_request("each tool must be {\"type\": \"function\", \"function\": {\"name\": ...}}", "tools");
+      auto params = tool["function"].find("parameters");
+      if (params != tool["function"].end() && !params->is_null() && !params->is_object())
+        throw bad_request("tools[" + std::to_string(i) + "].function.parameters must be a JSON Schema object (got " +
+                              std::string(params->type_name()) + ")",
+                          "tools");
     }
     if (!t->empty()) tools = *t;
   }
@@ -608,6 +675,9 @@ ParsedRequest parse_chat_request(const ojson& body, const ServerContext& ctx, co
   if (ctx.reasoning && separate_reasoning) {
     r.choice.reasoning = ctx.reasoning;
     r.choice.reasoning_start = reasoning_start;
+  } else if (ctx.reasoning) {
+    r.choice.keep_think_tags = ctx.reasoning;
+    r.choice.reasoning_start = reasoning_start;
   }
   if (parse_tools) {
     r.choice.tool = ctx.tool;
@@ -633,6 +703,13 @@ ParsedRequest parse_completion_request(const ojson& body, const ServerContext& c
     r.top_logprobs = int(*lp);
   }
   r.echo = opt_bool(body, "echo").value_or(false);
+  // OpenAI's echo with logprobs returns the prompt tokens' log-probabilities too (what lm-eval's
+  // loglikelihood reads); the engine computes logits for generated positions only, so the pair is
+  // refused rather than answered with the generated tokens' alone.
+  if (r.echo && r.logprobs)
+    throw bad_request("'echo' with 'logprobs' asks for log-probabilities of the prompt tokens, which this server "
+                      "does not support yet; send 'echo' or 'logprobs', not both",
+                      "echo");
   if (field(body, "suffix")) throw bad_request("'suffix' is not supported", "suffix");
   if (auto bo = opt_int(body, "best_of"))
     if (*bo != r.n) throw bad_request("'best_of' other than n is not supported", "best_of");

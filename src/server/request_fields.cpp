@@ -52,7 +52,6 @@ struct Rule {
 // remove it from here. Structured outputs (src/structured) are served by the HTTP endpoints and by
 // `generate --input`; only their whitespace pattern and structural tags are refused.
 const Rule kRefused[] = {
-    {"logit_bias", kAll, null_or_empty, "per-token logit biases", "{}"},
     {"min_tokens", kAll, null_or_zero, "a minimum output length", "0"},
     {"prompt_logprobs", kAll, is_null, "log-probabilities of the prompt tokens", "null"},
     {"guided_whitespace_pattern", kAll, is_null, "constrained decoding", "null"},
@@ -98,7 +97,7 @@ const Rule kRefused[] = {
 const char* const kChatFields[] = {
     "kv_transfer_params",  // read by read_kv_transfer_params (openai_request.cpp), against the server's kv_role
     "messages", "model", "frequency_penalty", "presence_penalty", "repetition_penalty", "temperature", "top_p",
-    "top_k", "min_p", "seed", "stop", "stop_token_ids", "ignore_eos", "include_stop_str_in_output",
+    "top_k", "min_p", "seed", "stop", "stop_token_ids", "logit_bias", "ignore_eos", "include_stop_str_in_output",
     "skip_special_tokens", "n", "stream", "stream_options", "max_tokens", "max_completion_tokens", "logprobs",
     "top_logprobs", "tools", "tool_choice", "parallel_tool_calls", "chat_template_kwargs", "reasoning_effort",
     "add_generation_prompt", "separate_reasoning", "add_special_tokens", "user", "metadata", "prompt_cache_key",
@@ -107,7 +106,7 @@ const char* const kChatFields[] = {
 const char* const kCompletionFields[] = {
     "kv_transfer_params",
     "model", "prompt", "frequency_penalty", "presence_penalty", "repetition_penalty", "temperature", "top_p",
-    "top_k", "min_p", "seed", "stop", "stop_token_ids", "ignore_eos", "include_stop_str_in_output",
+    "top_k", "min_p", "seed", "stop", "stop_token_ids", "logit_bias", "ignore_eos", "include_stop_str_in_output",
     "skip_special_tokens", "n", "best_of", "stream", "stream_options", "max_tokens", "logprobs", "echo", "suffix",
     "add_special_tokens", "user", "response_format", "structured_outputs", "guided_json", "guided_regex",
     "guided_choice", "guided_grammar", "guided_decoding_backend"};

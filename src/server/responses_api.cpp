@@ -269,10 +269,12 @@ class ResponsesOutput final : public ApiOutput, BlockBuilder {
   }
   std::string delta(const ChoiceDelta& d) override { return feed(d); }
   std::string end(const ChoiceState& s, const ojson& chat_usage) override {
+    cut_ = s.finish_reason == "length";
     std::string out = close_open();
     return out + event("response.completed", {{"response", final_response(s, chat_usage)}});
   }
   ojson full(const ChoiceState& s, const ojson& chat_usage) override {
+    cut_ = s.finish_reason == "length";
     feed(whole_delta(s));
     close_open();
     return final_response(s, chat_usage);
@@ -289,6 +291,7 @@ class ResponsesOutput final : public ApiOutput, BlockBuilder {
   std::function<int64_t(const std::string&)> count_;
   std::string id_;
   int64_t seq_ = 0;
+  bool cut_ = false;  // finish_reason length (set by end() and full() before the last block closes)
   std::vector<std::string> item_ids_;
 
   std::string event(const char* type, ojson fields) {
@@ -345,14 +348,16 @@ class ResponsesOutput final : public ApiOutput, BlockBuilder {
     // abort: the server ended the request (shutdown) before the model did.
     ojson r = response(cut ? "incomplete" : s.finish_reason == "abort" ? "cancelled" : "completed", usage);
     if (cut) r["incomplete_details"] = {{"reason", "max_output_tokens"}};
-    for (size_t i = 0; i < blocks().size(); ++i) r["output"].push_back(item(i, "completed"));
+    for (size_t i = 0; i < blocks().size(); ++i) r["output"].push_back(item(i, done_status(i)));
     return r;
   }
+  // A closed item's status: the last one is incomplete when max_output_tokens cut the response.
+  const char* done_status(size_t i) const { return cut_ && i + 1 == blocks().size() ? "incomplete" : "completed"; }
 
   // Output item i; in_progress: as announced by output_item.added (no content yet).
   ojson item(size_t i, const char* status) const {
     const Block& b = blocks()[i];
-    const bool done = std::string(status) == "completed";
+    const bool done = std::string(status) != "in_progress";
     ojson it;
     it["id"] = item_ids_[i];
     switch (b.kind) {
@@ -428,7 +433,7 @@ class ResponsesOutput final : public ApiOutput, BlockBuilder {
                      with(where(i, false), {{"name", b.name}, {"arguments", b.text}}));
         break;
     }
-    return out + event("response.output_item.done", {{"output_index", i}, {"item", item(i, "completed")}});
+    return out + event("response.output_item.done", {{"output_index", i}, {"item", item(i, done_status(i))}});
   }
 };
 

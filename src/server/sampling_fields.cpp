@@ -1,6 +1,7 @@
 // Reading sampling fields (see sampling_fields.h).
 #include "server/sampling_fields.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "base/error.h"
@@ -30,6 +31,8 @@ int64_t read_integer(const std::string& key, const json& v, const FieldStyle& s)
   if (s.api && v.is_number_float()) {
     const double d = v.get<double>();
     if (d == std::floor(d) && std::abs(d) < 9e15) return int64_t(d);
+    // An integer too large for 64 bits reaches here as a float.
+    if (std::isfinite(d) && d == std::floor(d)) s.refuse(key, "'" + key + "' is out of range", "");
   }
   if (!v.is_number_integer())
     s.refuse(key, "'" + key + "' must be an integer", "expected an integer, got " + shown(v));
@@ -64,7 +67,7 @@ int32_t read_token_id(const std::string& key, const json& x, const std::string& 
 const std::vector<std::string>& sampling_field_names() {
   static const std::vector<std::string> names = {
       "temperature",        "top_p", "top_k",      "min_p", "presence_penalty", "frequency_penalty",
-      "repetition_penalty", "seed",  "ignore_eos", "stop",  "stop_token_ids"};
+      "repetition_penalty", "seed",  "ignore_eos", "stop",  "stop_token_ids", "logit_bias"};
   return names;
 }
 
@@ -116,10 +119,41 @@ bool read_sampling_field(const std::string& k, const json& v, SamplingParams& p,
     const std::string shape = "'stop_token_ids' must be a list of integers";
     if (!v.is_array()) s.refuse(k, shape, "expected an array of token ids");
     for (const auto& x : v) p.stop_token_ids.push_back(read_token_id(k, x, shape, s));
+  } else if (k == "logit_bias") {
+    // {"token id": bias}: JSON keys are strings, so the ids are decimal integers written as keys.
+    const std::string shape = "'logit_bias' must be an object mapping token ids to numbers in [-100, 100]";
+    if (v.is_null()) return true;
+    if (!v.is_object()) s.refuse(k, shape, "expected an object mapping token ids to biases");
+    p.logit_bias.clear();
+    for (auto it = v.begin(); it != v.end(); ++it) {
+      const std::string& key = it.key();
+      int64_t id = -1;
+      const bool digits = !key.empty() && key.size() <= 10 &&
+                          std::all_of(key.begin(), key.end(), [](char c) { return c >= '0' && c <= '9'; });
+      if (digits) id = std::stoll(key);
+      if (!digits || id > INT32_MAX)
+        s.refuse(k, "'logit_bias' keys must be token ids (got " + shown(json(key.substr(0, 40))) + ")",
+                 "key " + shown(json(key.substr(0, 40))) + " is not a token id");
+      if (!it.value().is_number()) s.refuse(k, shape, "the bias of token " + key + " is not a number");
+      const double b = it.value().get<double>();
+      if (!(b >= -100.0 && b <= 100.0))
+        s.refuse(k, "'logit_bias' for token " + key + " must be in [-100, 100]",
+                 "the bias of token " + key + " must be in [-100, 100]");
+      p.logit_bias.push_back({int32_t(id), float(b)});
+    }
   } else {
     return false;
   }
   return true;
+}
+
+void check_token_ids_in_vocab(const SamplingParams& p, int64_t vocab, const FieldStyle& s) {
+  if (vocab <= 0) return;
+  const std::string range = " is outside the vocabulary (ids 0 to " + std::to_string(vocab - 1) + ")";
+  for (int32_t id : p.stop_token_ids)
+    if (id >= vocab) s.refuse("stop_token_ids", "token id " + std::to_string(id) + range, "token id " + std::to_string(id) + range);
+  for (const auto& [id, b] : p.logit_bias)
+    if (id >= vocab) s.refuse("logit_bias", "token id " + std::to_string(id) + range, "token id " + std::to_string(id) + range);
 }
 
 void check_sampling_ranges(const SamplingParams& p) {

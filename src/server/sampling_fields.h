@@ -35,6 +35,9 @@ const std::vector<std::string>& sampling_field_names();
 // Reads `key` into p when it is one of sampling_field_names(); false for any other key.
 bool read_sampling_field(const std::string& key, const nlohmann::ordered_json& v, SamplingParams& p,
                          const FieldStyle& s);
+// The token ids of stop_token_ids and logit_bias against the model's vocabulary (an id past it would
+// never match or never be biased, silently).
+void check_token_ids_in_vocab(const SamplingParams& p, int64_t vocab, const FieldStyle& s);
 // The API's range checks, in its wording (offline lines get SamplingParams::validate's).
 void check_sampling_ranges(const SamplingParams& p);
 

@@ -79,8 +79,8 @@ struct Tokenizer::Impl {
   std::string path;
   std::unordered_map<std::string, int32_t> vocab;  // tokenizer.json form -> id
   std::vector<std::string> bytes;                  // id -> raw bytes (decode form)
-  std::vector<uint8_t> flags;                      // id -> kValid | kSpecial
-  static constexpr uint8_t kValid = 1, kSpecial = 2;
+  std::vector<uint8_t> flags;                      // id -> kValid | kSpecial | kAdded
+  static constexpr uint8_t kValid = 1, kSpecial = 2, kAdded = 4;
   tok::Bpe bpe;
   std::vector<PreStep> pre;
   std::vector<AddedToken> added;
@@ -170,7 +170,7 @@ Tokenizer Tokenizer::from_file(const std::string& path) {
       // HF decodes added tokens through the ByteLevel decoder as well; for printable-ASCII or
       // space-containing contents this is the content itself.
       im->bytes[t.id] = tok::byte_level_decode(t.content);
-      im->flags[t.id] = Impl::kValid | (t.special ? Impl::kSpecial : 0);
+      im->flags[t.id] = Impl::kValid | Impl::kAdded | (t.special ? Impl::kSpecial : 0);
       im->trie.insert(t.content, static_cast<int32_t>(i));
       im->trie_first[static_cast<uint8_t>(t.content[0])] = true;
     }
@@ -413,6 +413,14 @@ bool Tokenizer::is_valid(int32_t id) const {
 }
 
 bool Tokenizer::is_special(int32_t id) const { return is_valid(id) && (impl_->flags[id] & Impl::kSpecial); }
+
+std::string Tokenizer::token_string(int32_t id) const {
+  if (!is_valid(id)) throw Error("token id " + std::to_string(id) + " is not in the vocabulary");
+  if (impl_->flags[id] & Impl::kAdded)
+    for (const AddedToken& t : impl_->added)
+      if (t.id == id) return t.content;
+  return tok::byte_level_encode(impl_->bytes[id]);
+}
 
 int32_t Tokenizer::bos_id() const { return impl_->bos; }
 int32_t Tokenizer::eos_id() const { return impl_->eos; }

@@ -38,6 +38,9 @@ class Tokenizer {
   // Id of a token given in its tokenizer.json form (byte-level string such as "Ġthe", or an added
   // token's content).
   std::optional<int32_t> token_to_id(std::string_view token) const;
+  // The token as tokenizer.json writes it (byte-level, such as "Ġthe"; an added token's content), as
+  // transformers' convert_ids_to_tokens gives it. Unknown ids throw m3::Error.
+  std::string token_string(int32_t id) const;
   // True for added tokens marked "special".
   bool is_special(int32_t id) const;
   // True when `id` names a token (vocabulary or added).

@@ -6,7 +6,9 @@
 #   field) on chat and completions, streamed or not, while the same fields at their defaults pass;
 # - image / audio / video / file content parts and malformed parts (400, param "messages"), on chat and
 #   /tokenize; a field neither defines is served and warned about once in the log;
-# - integers out of range: token ids >= 2^31, max_tokens 2^63 - 1 and 2^64 - 1 (400, never wrapped);
+#   the same for /tokenize's (continue_final_message, chat_template, mm_processor_kwargs);
+# - integers out of range: token ids >= 2^31 or past the vocabulary (prompt, stop_token_ids, logit_bias),
+#   max_tokens 2^63 - 1 and 2^64 - 1 (400, never wrapped);
 # - a prompt + max_tokens over the length in force (400 with the numbers).
 # Usage: server_refusals.sh <m3serve> <tests/data> <tmpdir>
 set -euo pipefail
@@ -82,7 +84,6 @@ def expect_refused(path, base_body, field, value, param=None, text=None):
             failures.append(f"{where}: message does not name the field: {err['message']}")
 
 both = {
-    "logit_bias": ({"1": 5}, {}),
     "min_tokens": (3, 0),
     "prompt_logprobs": (1, None),
     "use_beam_search": (True, False),
@@ -140,6 +141,13 @@ status, out = post("/v1/chat/completions",
                    {"messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}], "max_tokens": 2})
 check(status == 200, f"a text part: {status} {out[:200]}")
 
+# /tokenize: the chat form's fields vLLM defines and this server does not serve are refused by name too.
+for f, bad in (("continue_final_message", True), ("chat_template", "{{ messages }}"), ("mm_processor_kwargs", {"a": 1})):
+    status, out = post("/tokenize", {"messages": [{"role": "user", "content": "hi"}], f: bad})
+    check(status == 400 and json.loads(out)["error"]["param"] == f, f"/tokenize {f}: {status} {out[:200]}")
+status, out = post("/tokenize", {"messages": [{"role": "user", "content": "hi"}], "continue_final_message": False})
+check(status == 200, f"/tokenize continue_final_message false: {status} {out[:200]}")
+
 # Unknown fields are served, and warned about once.
 for _ in range(2):
     status, out = post("/v1/chat/completions", {**chat, "x_no_such_field": 1})
@@ -151,6 +159,9 @@ for body, param in (({"prompt": [4294967400], "max_tokens": 1}, "prompt"),
                     ({"prompt": "hi", "max_tokens": 9223372036854775807}, "max_tokens"),
                     ({"prompt": "hi", "max_tokens": 18446744073709551615}, "max_tokens"),
                     ({"prompt": "hi", "max_tokens": 2, "stop_token_ids": [4294967297]}, "stop_token_ids"),
+                    ({"prompt": "hi", "max_tokens": 2, "stop_token_ids": [99999999]}, "stop_token_ids"),
+                    ({"prompt": "hi", "max_tokens": 2, "logit_bias": {"99999999": 1}}, "logit_bias"),
+                    ({"prompt": "hi", "max_tokens": 2, "logit_bias": {"5": 100.5}}, "logit_bias"),
                     ({"prompt": "hi", "max_tokens": 2, "top_k": 4294967301}, "top_k"),
                     ({"prompt": [1] * length, "max_tokens": 1}, "prompt"),
                     ({"prompt": [1] * (length - 10), "max_tokens": 11}, "max_tokens")):

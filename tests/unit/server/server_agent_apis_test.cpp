@@ -260,8 +260,11 @@ TEST(AgentApis, ResponsesStreamEvents) {
   EXPECT_EQ(r["created_at"], 7);
   EXPECT_EQ(r["status"], "incomplete");
   EXPECT_EQ(r["incomplete_details"], ojson::parse(R"({"reason": "max_output_tokens"})"));
-  EXPECT_EQ(r["output"], ojson::parse(R"([{"id": "msg_2", "type": "message", "status": "completed", "role": "assistant",
+  // max_output_tokens cut the message: its item is incomplete too (as OpenAI marks it), in the final
+  // response and in its output_item.done event.
+  EXPECT_EQ(r["output"], ojson::parse(R"([{"id": "msg_2", "type": "message", "status": "incomplete", "role": "assistant",
     "content": [{"type": "output_text", "text": "Hi there", "annotations": [], "logprobs": []}]}])"));
+  EXPECT_EQ(ev[8]["data"]["item"], r["output"][0]);
   EXPECT_EQ(r["usage"], ojson::parse(R"({"input_tokens": 3, "input_tokens_details": {"cached_tokens": 1},
     "output_tokens": 2, "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 5})"));
 }

@@ -163,7 +163,7 @@ TEST(ServerFuzz, MalformedRequests) {
     "stream":true,"stream_options":{"include_usage":true},"logprobs":true,"top_logprobs":2,
     "chat_template_kwargs":{"thinking_mode":"enabled"},"seed":7})");
   const ojson completion = ojson::parse(
-      R"({"model":"alias","prompt":["Hello there",[1,2,3]],"max_tokens":8,"logprobs":1,"echo":true,
+      R"({"model":"alias","prompt":["Hello there",[1,2,3]],"max_tokens":8,"logprobs":1,"echo":false,
           "stop":"x","temperature":0,"n":1,"stop_token_ids":[5]})");
   std::mt19937 rng(12345);
   int ok = 0;
