@@ -74,6 +74,11 @@ void commit_memory(const std::vector<HugePageBuffer*>& bufs, const std::string& 
     total += len;
     for (size_t off = 0; off < len; off += kPiece) pieces.push_back({b->data() + off, std::min(kPiece, len - off)});
   }
+  // Linux's out-of-memory killer ends the process long before MADV_POPULATE_WRITE reports ENOMEM, so a
+  // size the machine cannot hold is refused here, with both numbers, before any page is touched.
+  if (const uint64_t avail = available_memory_bytes(); avail > 0 && total > avail)
+    throw Error(what + ": needs " + std::to_string(total >> 20) + " MiB of memory, but only " +
+                std::to_string(avail >> 20) + " MiB is available (MemAvailable); choose a smaller --kv-cache-memory");
   int err = 0;
 #pragma omp parallel for schedule(dynamic) reduction(max : err)
   for (size_t i = 0; i < pieces.size(); ++i) {

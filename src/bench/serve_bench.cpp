@@ -164,9 +164,10 @@ StreamOut stream_request(const Endpoint& ep, const std::string& path, bool chat,
   auto res = cli->send(req);
   if (!buf.empty()) on_line(buf);
   if (!res) {
-    out.trace.error = "connection: " + httplib::to_string(res.error());
+    out.trace.error = "connection: " + describe_http_error(res.error());
   } else if (res->status != 200) {
-    out.trace.error = "HTTP " + std::to_string(res->status) + ": " + raw;
+    // The server's error body (cpp-httplib may hand a non-200 body to res rather than to the receiver).
+    out.trace.error = "HTTP " + std::to_string(res->status) + ": " + (raw.empty() ? res->body.substr(0, 4096) : raw);
   } else if (out.chunks == 0 && out.trace.error.empty()) {
     out.trace.error = "no non-empty chunk received";
   }
@@ -500,15 +501,20 @@ nlohmann::ordered_json run_serve_bench(const ServeBenchOptions& o) {
   }
   std::fputs(report.c_str(), stdout);
   std::fflush(stdout);
-  size_t shown = 0;
-  for (const auto& t : traces)
+  size_t shown = 0, failed = 0;
+  for (const auto& t : traces) {
+    failed += !t.success;
     if (!t.success && shown++ < 3) std::fprintf(stderr, "failed request: %s\n", t.error.c_str());
+  }
   if (!o.save_result.empty()) {
     std::ofstream f(o.save_result);
     if (!f) throw Error("cannot write " + o.save_result);
     f << result.dump(2) << "\n";
   }
   if (!o.plot.empty()) write_latency_svg(o.plot, traces, agentic ? "agentic" : "random");
+  // Every request failing is not a measurement (vLLM's bench stops there too): exit non-zero with the reason.
+  if (!traces.empty() && failed == traces.size())
+    throw Error("all " + std::to_string(failed) + " requests failed; the first: " + traces.front().error);
   return result;
 }
 

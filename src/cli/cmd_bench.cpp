@@ -6,6 +6,7 @@
 #include <string>
 
 #include "bench/roofline.h"
+#include "cli/flag_checks.h"
 #include "cli/model_flags.h"
 #include "bench/serve_bench.h"
 #include "bench/vision_bench.h"
@@ -37,13 +38,22 @@ void register_bench(CLI::App& app) {
   s->add_flag("--custom-skip-chat-template", so->custom_skip_chat_template,
               "custom on /v1/completions: send the prompts as they are, without the chat template");
   s->add_option("--random-input-len", so->random_input_len, "Input tokens per request (agentic: initial context)")
-      ->capture_default_str();
-  s->add_option("--random-output-len", so->random_output_len, "Output tokens per request (max_tokens)")->capture_default_str();
-  s->add_option("--random-prefix-len", so->random_prefix_len, "Shared random prefix tokens")->capture_default_str();
+      ->capture_default_str()
+      ->check(positive_number());
+  s->add_option("--random-output-len", so->random_output_len, "Output tokens per request (max_tokens)")
+      ->capture_default_str()
+      ->check(positive_number());
+  s->add_option("--random-prefix-len", so->random_prefix_len, "Shared random prefix tokens")
+      ->capture_default_str()
+      ->check(non_negative_number());
   s->add_option("--random-range-ratio", so->random_range_ratio, "Lengths uniform in [L(1-r), L(1+r)], r in [0, 1)")
       ->capture_default_str();
-  s->add_option("--num-prompts", so->num_prompts, "Number of requests (random dataset)")->capture_default_str();
-  s->add_option("--max-concurrency", so->max_concurrency, "Cap on requests in flight (0: none)")->capture_default_str();
+  s->add_option("--num-prompts", so->num_prompts, "Number of requests (random dataset)")
+      ->capture_default_str()
+      ->check(positive_number());
+  s->add_option("--max-concurrency", so->max_concurrency, "Cap on requests in flight (0: none)")
+      ->capture_default_str()
+      ->check(non_negative_number());
   s->add_option("--request-rate", *rate, "Requests per second, Poisson arrivals (inf: all at once)")->capture_default_str();
   s->add_option("--burstiness", so->burstiness,
                 "Gamma shape of the arrival gaps with --request-rate: 1 Poisson, < 1 burstier, > 1 steadier")

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/flag_checks.h"
 #include "cli/engine_flags.h"
 #include "cli/request_json.h"
 #include "engine/engine.h"
@@ -218,14 +219,18 @@ void register_generate(CLI::App& app) {
   auto* prompt = sub->add_option("--prompt", o->prompt, "Prompt text (special tokens written in it are recognised)");
   auto* input = sub->add_option("--input", o->input, "JSONL requests: {\"prompt\"|\"prompt_token_ids\", sampling fields}");
   prompt->excludes(input);
-  sub->add_option("--output", o->output, "JSONL results, in input order (with --input)");
-  sub->add_option("--max-tokens", o->max_tokens, "Tokens to generate (--prompt)")->check(CLI::Range(1, 1 << 24));
-  sub->add_option("--temperature", o->sp.temperature, "0 = greedy (--prompt)");
-  sub->add_option("--top-p", o->sp.top_p, "Nucleus sampling mass (--prompt)");
-  sub->add_option("--top-k", o->sp.top_k, "Keep the k most likely tokens, 0 = all (--prompt)");
-  sub->add_option("--seed", o->sp.seed, "Sampling seed (--prompt)");
-  sub->add_flag("--ignore-eos", o->ignore_eos_flag, "Keep generating past the end-of-sequence token (--prompt)");
-  sub->add_flag("--no-special", o->no_special, "Treat special-token text in the prompt as plain text (--prompt)");
+  sub->add_option("--output", o->output, "JSONL results, in input order (with --input)")->excludes(prompt);
+  // The sampling flags are --prompt's: an --input line carries its own fields, so with --input they are
+  // refused by name (CLI11's "excludes") instead of being ignored.
+  std::vector<CLI::Option*> single = {
+      sub->add_option("--max-tokens", o->max_tokens, "Tokens to generate (--prompt)")->check(CLI::Range(1, 1 << 24)),
+      sub->add_option("--temperature", o->sp.temperature, "0 = greedy (--prompt)"),
+      sub->add_option("--top-p", o->sp.top_p, "Nucleus sampling mass (--prompt)"),
+      sub->add_option("--top-k", o->sp.top_k, "Keep the k most likely tokens, 0 = all (--prompt)"),
+      sub->add_option("--seed", o->sp.seed, "Sampling seed (--prompt)")->check(non_negative_number()),
+      sub->add_flag("--ignore-eos", o->ignore_eos_flag, "Keep generating past the end-of-sequence token (--prompt)"),
+      sub->add_flag("--no-special", o->no_special, "Treat special-token text in the prompt as plain text (--prompt)")};
+  for (CLI::Option* opt : single) opt->excludes(input);
   add_engine_flags(sub, o->engine);
   add_tokenizer_ref_flags(sub, o->engine.model.ref);
   sub->callback([o] {

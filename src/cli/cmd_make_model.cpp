@@ -8,6 +8,7 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "cli/flag_checks.h"
 #include "tools/make_model.h"
 
 namespace m3::cli {
@@ -47,15 +48,25 @@ void register_make_model(CLI::App& app) {
   auto args = std::make_shared<MakeModelArgs>();
   auto* cmd = app.add_subcommand("make-model", "write a deterministic random-weight M3 / M3.1 checkpoint");
   cmd->add_option("--layout", args->layout, "m3-bf16 | m3-mxfp8 | m31 | m31-mxfp4 (the M3.1 plan as an AMD Quark MXFP4 export)")
-      ->check(CLI::IsMember({"m3-bf16", "m3-mxfp8", "m31", "m31-mxfp4"}));
-  cmd->add_option("--preset", args->preset, "tiny | small | mid")->check(CLI::IsMember({"tiny", "small", "mid"}));
-  cmd->add_option("--seed", args->seed, "random seed");
-  cmd->add_option("--shards", args->shards, "number of safetensors shards (1 = model.safetensors)");
+      ->check(CLI::IsMember({"m3-bf16", "m3-mxfp8", "m31", "m31-mxfp4"}))
+      ->capture_default_str();
+  cmd->add_option("--preset", args->preset, "tiny | small | mid")
+      ->check(CLI::IsMember({"tiny", "small", "mid"}))
+      ->capture_default_str();
+  cmd->add_option("--seed", args->seed, "random seed")->capture_default_str();
+  cmd->add_option("--shards", args->shards, "number of safetensors shards (1 = model.safetensors)")
+      ->capture_default_str()
+      ->check(positive_number());
   cmd->add_option("--out", args->out, "output directory")->required();
   for (const auto& [flag, member] : kSizeFlags) {
     const std::string name = flag;
     cmd->add_option_function<int64_t>(
-        "--" + name, [args, name](const int64_t& v) { args->sizes[name] = v; }, "override the preset's " + name);
+           "--" + name, [args, name](const int64_t& v) { args->sizes[name] = v; }, "override the preset's " + name)
+        // Counts that may be 0 (no vision tower, no dense layer, no draft, ...); every width is positive.
+        ->check(name == "vision-layers" || name == "local-block" || name == "init-block" || name == "dense-layers" ||
+                        name == "dspark-layers" || name == "merges"
+                    ? non_negative_number()
+                    : positive_number());
   }
   cmd->callback([args]() {
     const ModelLayout layout = parse_model_layout(args->layout);

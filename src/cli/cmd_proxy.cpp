@@ -1,6 +1,7 @@
 // `m3serve proxy --prefill URL... --decode URL...`: the prefill/decode disaggregation proxy for plain
 // OpenAI clients (src/proxy/pd_proxy.h).
 #include "cli/commands.h"
+#include "cli/flag_checks.h"
 #include "proxy/pd_proxy.h"
 
 namespace m3::cli {
@@ -18,7 +19,7 @@ void register_proxy(CLI::App& app) {
   sub->add_option("--host", o->host, "Address to listen on (default 127.0.0.1)");
   sub->add_option("--port", o->port, "Port (default 8000; 0 = any free port, printed at start)")->check(CLI::Range(0, 65535));
   sub->add_option("--timeout", o->timeout_s, "Seconds one engine request may take (default 600)")
-      ->check(CLI::PositiveNumber);
+      ->check(positive_number());
   sub->callback([o] { proxy::run_proxy(*o); });
 }
 

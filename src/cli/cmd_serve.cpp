@@ -16,6 +16,7 @@
 
 #include "cli/chat_template_file.h"
 #include "cli/commands.h"
+#include "cli/flag_checks.h"
 #include "cli/engine_flags.h"
 #include "engine/engine.h"
 #include "events/zmq_event_publisher.h"
@@ -162,6 +163,9 @@ void run_serve(ServeOpts& o, CLI::App* sub) {
     if (const char* k = std::getenv("VLLM_API_KEY")) o.api_key = k;
 
   server::ServerContext ctx;
+  if (o.log_requests && o.no_log_requests)
+    throw Error("--enable-log-requests and --no-enable-log-requests contradict each other");
+  ctx.log_requests = o.log_requests;
   if (!o.reasoning_parser.empty()) ctx.reasoning = chat::reasoning_format_from_name(o.reasoning_parser);
   if (!o.tool_call_parser.empty()) ctx.tool = chat::tool_format_from_name(o.tool_call_parser);
   ctx.enable_auto_tool_choice = o.enable_auto_tool_choice;
@@ -399,12 +403,14 @@ void register_serve(CLI::App& app) {
   sub->add_flag("--enable-auto-tool-choice", o->enable_auto_tool_choice, "Parse tool calls (tool_choice auto)");
   sub->add_option("--max-request-bytes", o->max_request_bytes,
                   "Largest request body accepted, counted after de-chunking and gzip/deflate inflation (413 above; "
-                  "default 32 MiB)");
+                  "default 32 MiB)")
+      ->check(positive_number());
   auto& h = o->http;
   sub->add_option("--max-request-bytes-in-flight", h.max_body_bytes_in_flight,
                   "Bytes of request bodies received or handled at once across connections (a chunked or compressed "
                   "body counts --max-request-bytes); a body past it gets 503; bodies up to 64 KiB are not counted "
-                  "(default 8 x --max-request-bytes)");
+                  "(default 8 x --max-request-bytes)")
+      ->check(non_negative_number());
   sub->add_option("--http-threads", h.threads,
                   "Requests handled at once (tokenize and generation; each holds a worker thread); more get 503 "
                   "(default 512)")
@@ -415,39 +421,40 @@ void register_serve(CLI::App& app) {
       ->check(CLI::Range(1, 1000000));
   sub->add_option("--max-waiting-requests", h.max_waiting,
                   "Sequences that may wait for a place in the running batch (beyond its free places); a request past it gets 503 with "
-                  "Retry-After (default 256; 0: no limit)");
+                  "Retry-After (default 256; 0: no limit)")
+      ->check(non_negative_number());
   sub->add_option("--http-header-timeout", h.header_timeout_s,
                   "Seconds for a whole request header, from the connection's start (a later request on it: from its "
                   "first byte) (default 10)")
-      ->check(CLI::PositiveNumber);
+      ->check(positive_number());
   sub->add_option("--http-body-timeout", h.body_timeout_s, "Seconds for a whole request body (default 30)")
-      ->check(CLI::PositiveNumber);
+      ->check(positive_number());
   sub->add_option("--http-keep-alive-timeout", h.idle_timeout_s,
                   "Seconds an idle keep-alive connection is kept (default 5)")
-      ->check(CLI::PositiveNumber);
+      ->check(positive_number());
   sub->add_option("--http-write-timeout", h.write_timeout_s,
                   "Seconds one write may wait for a client that does not read (default 30)")
-      ->check(CLI::PositiveNumber);
+      ->check(positive_number());
   sub->add_option("--shutdown-timeout", h.shutdown_timeout_s,
                   "SIGTERM/SIGINT: seconds running requests get to finish before they are ended with "
                   "finish_reason abort (default 5; a second signal exits at once)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(non_negative_number());
   sub->add_option("--max-prompts-per-request", h.limits.max_prompts, "Prompts in one completions request (default 64)")
-      ->check(CLI::PositiveNumber);
+      ->check(positive_number());
   sub->add_option("--max-choices-per-request", h.limits.max_choices,
                   "Completions one request may ask for: prompts x n (default 128)")
-      ->check(CLI::PositiveNumber);
+      ->check(positive_number());
   sub->add_option("--max-tokens-per-request", h.limits.max_tokens,
                   "Tokens one request may generate: prompts x n x max_tokens (default 1048576)")
-      ->check(CLI::PositiveNumber);
+      ->check(positive_number());
   sub->add_option("--max-stop-strings", h.limits.max_stop, "Stop strings (and stop_token_ids) per request (default 64)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(non_negative_number());
   sub->add_option("--max-stop-string-bytes", h.limits.max_stop_bytes, "Bytes of one stop string (default 1024)")
-      ->check(CLI::PositiveNumber);
+      ->check(positive_number());
   sub->add_option("--max-logprobs-per-request", h.limits.max_logprobs,
                   "Logprob entries one request may return: prompts x n x max_tokens x (1 + top_logprobs) "
                   "(default 262144)")
-      ->check(CLI::PositiveNumber);
+      ->check(positive_number());
   add_engine_flags(sub, o->engine);
   add_tokenizer_ref_flags(sub, o->engine.model.ref);
   // vLLM flags without effect here (reported at start when they ask for GPUs or several processes).
@@ -497,8 +504,10 @@ void register_serve(CLI::App& app) {
   sub->add_flag("--trust-remote-code", o->trust_remote_code, "Accepted (no remote code is ever run)");
   sub->add_flag("--language-model-only", o->language_model_only,
                 "Skip loading the vision tower; chat image parts are refused");
-  sub->add_flag("--enable-log-requests", o->log_requests, "Accepted (requests are not logged)");
-  sub->add_flag("--no-enable-log-requests", o->no_log_requests, "Accepted (requests are not logged)");
+  sub->add_flag("--enable-log-requests", o->log_requests,
+                "Log each request as it arrives: its id, prompt tokens, sampling parameters and the start of "
+                "its prompt (stderr)");
+  sub->add_flag("--no-enable-log-requests", o->no_log_requests, "Do not log requests (the default)");
   sub->callback([o, sub] { run_serve(*o, sub); });
 }
 

@@ -7,13 +7,20 @@
 
 #include "base/error.h"
 #include "base/json_flag.h"
+#include "cli/flag_checks.h"
 
 namespace m3::cli {
 
 void add_engine_flags(CLI::App* app, EngineFlags& f) {
   EngineConfig& c = f.cfg;
-  app->add_option("--block-size", c.block_size, "KV page size in tokens; must equal the model's MSA block size (128)");
-  app->add_option("--kv-cache-memory", c.kv_cache_memory_gib, "KV pool size in GiB (default: a quarter of free RAM)");
+  app->add_option("--block-size", c.block_size,
+                  "KV page size in tokens; must equal the model's MSA block size (its sparse_block_size: 128 for "
+                  "MiniMax-M3.1-Flash; the default)")
+      ->check(positive_number());
+  app->add_option("--kv-cache-memory", c.kv_cache_memory_gib,
+                  "KV pool size in GiB (default: serve takes a quarter of the free RAM, generate what its requests "
+                  "need)")
+      ->check(positive_number());
   app->add_option("--kv-cache-dtype", c.kv_cache_dtype, "auto (bf16), bf16, fp8, nvfp4, fp32");
   app->add_option("--attention-config", f.attention_config, "JSON, e.g. '{\"indexer_kv_dtype\": \"fp8\"}'");
   app->add_flag("--enable-prefix-caching", f.prefix_caching, "Reuse cached KV pages of shared prefixes (default on)");
@@ -33,7 +40,8 @@ void add_engine_flags(CLI::App* app, EngineFlags& f) {
   app->add_option("--max-step-latency-ms", c.max_step_latency_ms,
                   "Cap in ms on the predicted time of a step that carries decoding requests (0 = none)");
   app->add_option("--watermark", c.watermark, "Fraction of KV pages kept free when admitting requests");
-  app->add_option("--max-model-len", c.max_model_len, "Maximum prompt + output length (default: the model's)");
+  app->add_option("--max-model-len", c.max_model_len, "Maximum prompt + output length (default: the model's)")
+      ->check(positive_number());
   app->add_option("--kv-offloading-size", c.kv_offloading_gib,
                   "GiB of a KV tier beyond the pool: evicted prefix pages are kept there and loaded back instead "
                   "of recomputed (0 = off)");

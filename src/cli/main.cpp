@@ -12,6 +12,7 @@
 #include "cli/commands.h"
 #include "cli/option_prefixes.h"
 #include "base/error.h"
+#include "base/version.h"
 
 int main(int argc, char** argv) {
   // A step is many short parallel regions. OpenMP threads that spin long at barriers lose badly
@@ -26,7 +27,8 @@ int main(int argc, char** argv) {
     ::execv("/proc/self/exe", argv);  // only returns on failure: carry on with the default policy
   }
   CLI::App app{"m3serve: inference engine and OpenAI-compatible server for MiniMax-M3 / M3.1"};
-  app.require_subcommand(1);
+  app.require_subcommand(0, 1);
+  app.set_version_flag("--version", m3::kVersion);
   // As vLLM's argparse: an option given twice takes its last value (recipes append per-hardware
   // arguments to a base command). List options (--served-model-name, --numa-bind-nodes) keep all.
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
@@ -53,6 +55,31 @@ int main(int argc, char** argv) {
       m3::cli::expand_option_prefixes(*app.get_subcommand("bench")->get_subcommand("serve"), args, 3);
     for (auto& a : args) cargs.push_back(a.data());
     app.parse(int(cargs.size()), cargs.data());
+    if (app.get_subcommands().empty()) {  // `m3serve` alone: the commands, then the error
+      std::fprintf(stderr, "%s\nerror: a subcommand is required\n", app.help().c_str());
+      return 1;
+    }
+  } catch (const CLI::ExtrasError& e) {
+    // CLI11 lists the extras in reverse ("bfloat16 --dtype") and never says "unknown option"; name them in
+    // the order given, options first.
+    std::string opts, values;
+    const std::string what = e.what();
+    for (size_t i = 1; i < args.size(); ++i) {
+      const std::string& a = args[i];
+      if (what.find(" " + a) == std::string::npos) continue;
+      std::string& to = a.rfind("-", 0) == 0 ? opts : values;
+      to += (to.empty() ? "" : " ") + a;
+    }
+    std::string sub;
+    for (const CLI::App* s = &app; !s->get_subcommands().empty(); s = s->get_subcommands().front())
+      sub += " " + s->get_subcommands().front()->get_name();
+    if (!opts.empty())
+      std::fprintf(stderr, "error: unknown option%s: %s%s; see 'm3serve%s --help'\n", opts.find(' ') == std::string::npos ? "" : "s",
+                   opts.c_str(), values.empty() ? "" : (" (with " + values + ")").c_str(), sub.c_str());
+    else
+      std::fprintf(stderr, "error: unexpected argument%s: %s; see 'm3serve%s --help'\n",
+                   values.find(' ') == std::string::npos ? "" : "s", values.c_str(), sub.c_str());
+    return static_cast<int>(CLI::ExitCodes::ExtrasError);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   } catch (const m3::Error& e) {

@@ -316,6 +316,13 @@ void Engine::setup_tiers() {
   }
   if (!cfg_.enable_prefix_caching)
     throw Error("--kv-offloading-size needs prefix caching (pages are found again by their prefix hash)");
+  // A tier in host memory fills as pages are evicted: one the machine cannot hold would end in the
+  // out-of-memory killer hours later, so it is refused now (a tier in files is bounded by its disk).
+  if (const uint64_t avail = available_memory_bytes();
+      cfg_.kv_offloading_dir.empty() && avail > 0 && cfg_.kv_offloading_gib * double(1ull << 30) > double(avail))
+    throw Error("--kv-offloading-size " + std::to_string(cfg_.kv_offloading_gib) + " GiB is more than the " +
+                std::to_string(avail >> 20) + " MiB of memory available; choose a smaller size or keep the tier in "
+                "files (--kv-offloading-dir)");
   tier_ = std::make_unique<LocalKvTier>(int64_t(cfg_.kv_offloading_gib * double(1ull << 30)), cfg_.kv_offloading_dir,
                                         codec().layout_id(), codec().blob_bytes());
   wire_loader();

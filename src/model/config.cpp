@@ -83,7 +83,7 @@ ModelConfig ModelConfig::from_json_text(const std::string& text, const std::stri
   c.vocab = r.positive("vocab_size");
   c.rope_theta = r.number("rope_theta");
   c.rms_eps = float(r.number_or("rms_norm_eps", 1e-6));
-  c.max_position_embeddings = r.integer_or("max_position_embeddings", 1 << 20);
+  c.max_position_embeddings = r.has("max_position_embeddings") ? r.positive("max_position_embeddings") : (1 << 20);
   if (r.has("rotary_dim")) {
     c.rotary_dim = r.positive("rotary_dim");
   } else {
@@ -206,6 +206,11 @@ ModelConfig ModelConfig::from_json_text(const std::string& text, const std::stri
 
   if (r.has("bos_token_id")) c.bos_id = int(r.integer("bos_token_id"));
   if (r.has("eos_token_id") && tc["eos_token_id"].is_number_integer()) c.eos_id = int(r.integer("eos_token_id"));
+  // An id past the vocabulary would never be generated: generation could not stop at the end of text.
+  for (auto [key, id] : {std::pair<const char*, int>{"bos_token_id", c.bos_id}, {"eos_token_id", c.eos_id}})
+    if (r.has(key) && tc[key].is_number_integer() && (id < 0 || id >= c.vocab))
+      r.fail(key, "token id " + std::to_string(id) + " is outside the vocabulary (vocab_size " +
+                      std::to_string(c.vocab) + ")");
   return c;
 }
 

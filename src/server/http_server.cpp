@@ -48,6 +48,7 @@
 
 #include "chat/json_depth.h"
 #include "base/error.h"
+#include "base/version.h"
 #include "server/api_translate.h"
 #include "server/async_engine.h"
 #include "server/errors.h"
@@ -65,7 +66,6 @@ namespace beast = boost::beast;
 namespace http = beast::http;
 using tcp = net::ip::tcp;
 
-constexpr const char* kVersion = "0.1.0";
 
 ojson parse_body(const std::string& body) {
   try {
@@ -140,6 +140,24 @@ std::shared_ptr<const RemotePrefill> pull_remote_prefill(AsyncEngine& ae, const 
   return nullptr;
 }
 
+// --enable-log-requests: the request as the engine receives it, in one line on stderr (as vLLM's "Received
+// request"): its id, prompts and their token counts, the sampling parameters, and the start of the first
+// prompt as a JSON string (at most 500 bytes).
+void log_request(const Call& c) {
+  const SamplingParams& p = c.pr.params;
+  std::string tokens;
+  for (const auto& pr : c.pr.prompts) tokens += (tokens.empty() ? "" : ",") + std::to_string(pr.size());
+  std::string text = c.pr.prompt_texts.empty() ? std::string() : c.pr.prompt_texts[0].substr(0, 500);
+  text = ojson(text).dump(-1, ' ', false, ojson::error_handler_t::replace);
+  std::fprintf(stderr,
+               "[m3serve] request %s: %s, %zu prompt(s) of %s tokens, n %d, max_tokens %d, temperature %g, top_p %g, "
+               "top_k %d, min_p %g, seed %s, stop %zu string(s) / %zu id(s), logit_bias %zu, %s; prompt %s\n",
+               c.id.c_str(), c.pr.chat ? "chat" : "completion", c.pr.prompts.size(), tokens.c_str(), c.pr.n,
+               p.max_tokens, double(p.temperature), double(p.top_p), p.top_k, double(p.min_p),
+               p.has_seed ? std::to_string(p.seed).c_str() : "none", p.stop.size(), p.stop_token_ids.size(),
+               p.logit_bias.size(), c.pr.stream ? "streamed" : "not streamed", text.c_str());
+}
+
 std::shared_ptr<Call> start_call(AsyncEngine& ae, const ServerContext& ctx, ParsedRequest pr, const char* prefix) {
   auto c = std::make_shared<Call>();
   c->pr = std::move(pr);
@@ -166,6 +184,7 @@ std::shared_ptr<Call> start_call(AsyncEngine& ae, const ServerContext& ctx, Pars
       reqs.push_back(std::move(r));
     }
   }
+  if (ctx.log_requests) log_request(*c);
   c->remaining = c->choices.size();
   c->held.resize(c->choices.size());
   c->emitted_first.assign(c->choices.size(), false);

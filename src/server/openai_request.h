@@ -30,6 +30,7 @@ struct ServerContext {
   std::optional<chat::ReasoningFormat> reasoning;
   std::optional<chat::ToolFormat> tool;
   bool enable_auto_tool_choice = false;
+  bool log_requests = false;  // --enable-log-requests: one line per request as it arrives
   // Sampling defaults from generation_config.json (vLLM's behaviour), else OpenAI's.
   float default_temperature = 1.0f, default_top_p = 1.0f;
   int default_top_k = 0;
