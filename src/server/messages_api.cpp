@@ -189,7 +189,7 @@ ojson messages_to_chat(const ojson& body, bool count_only, std::vector<std::stri
     }
   }
   if (const ojson* th = get_field(body, "thinking")) {
-    // The M3 templates' thinking_mode; budget_tokens is checked but not enforced (as vLLM).
+    // The M3 templates' thinking_mode; budget_tokens bounds the thinking (thinking_token_budget).
     const std::string type = required_string(object_field(*th, "thinking"), "type", "thinking");
     if (type != "enabled" && type != "disabled" && type != "adaptive")
       throw bad_request("thinking type '" + type + "' must be enabled, disabled or adaptive", "thinking.type");
@@ -197,6 +197,8 @@ ojson messages_to_chat(const ojson& body, bool count_only, std::vector<std::stri
       const ojson* b = get_field(*th, "budget_tokens");
       if (!b || !b->is_number_integer() || b->get<int64_t>() < 1)
         throw bad_request("'thinking.budget_tokens' must be a positive integer", "thinking.budget_tokens");
+      // Enforced: at most that many thinking tokens, then the block is closed (thinking_token_budget).
+      if (!count_only) c["thinking_token_budget"] = *b;
     }
     c["chat_template_kwargs"] = {{"thinking_mode", type}};
   }

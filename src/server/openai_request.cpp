@@ -8,6 +8,7 @@
 
 #include "base/error.h"
 #include "chat/json_depth.h"
+#include "chat/text_scan.h"
 #include "server/errors.h"
 #include "server/openai_response.h"
 #include "server/request_fields.h"
@@ -116,6 +117,37 @@ void attach_constraint(const ojson& b, const ServerContext& ctx, ParsedRequest& 
                                                       *ctx.tok, r.params.stop_token_ids, after, r.structured->kind);
   } catch (const structured::StructuredError& e) {
     throw bad_request(e.what(), structured_field(b));
+  }
+}
+
+// thinking_token_budget (vLLM's field; the Messages API's thinking.budget_tokens): at most that many
+// tokens of reasoning, then the end tag is forced (a constraint: exact with speculation too, and
+// composed with a response_format grammar that applies after the tag). It needs a block the prompt
+// opened (thinking_mode enabled); where the prompt closed it (disabled, or a forced tool call) there
+// is no reasoning to bound; where the model may open one itself (adaptive) it cannot be counted here,
+// so the field is refused.
+void read_thinking_budget(const ojson& b, const ServerContext& ctx, ParsedRequest& r, const std::string& prompt,
+                          bool prompt_opened, bool reasoning_start) {
+  const std::optional<int64_t> budget = opt_int(b, "thinking_token_budget");
+  if (!budget) return;
+  if (*budget < 0) throw bad_request("'thinking_token_budget' must be 0 or more", "thinking_token_budget");
+  if (!ctx.reasoning)
+    throw bad_request("'thinking_token_budget' needs a reasoning parser (serve --reasoning-parser)",
+                      "thinking_token_budget");
+  const std::string close = chat::ReasoningParser::tags(*ctx.reasoning).second;
+  std::string_view tail = prompt;
+  while (!tail.empty() && chat::is_ws(tail.back())) tail.remove_suffix(1);
+  const bool closed = tail.size() >= close.size() && tail.substr(tail.size() - close.size()) == close;
+  if (!prompt_opened && !closed)
+    throw bad_request("'thinking_token_budget' needs a prompt that opens the reasoning (chat_template_kwargs "
+                      "{\"thinking_mode\": \"enabled\"}): the model's own think block cannot be counted",
+                      "thinking_token_budget");
+  if (!reasoning_start) return;  // no reasoning in this reply: the budget holds
+  try {
+    r.params.constraint = structured::with_reasoning_budget(
+        r.params.constraint, structured::TokenVocab::shared(*ctx.tok, ctx.vocab), *ctx.tok, close, *budget);
+  } catch (const structured::StructuredError& e) {
+    throw bad_request(e.what(), "thinking_token_budget");
   }
 }
 
@@ -640,6 +672,7 @@ ParsedRequest parse_chat_request(const ojson& body, const ServerContext& ctx, co
   std::string prompt = render_messages(body, ctx, true, &images, image_names);
   const bool separate_reasoning = opt_bool(body, "separate_reasoning").value_or(true);
   bool reasoning_start = ctx.reasoning && chat::ReasoningParser::prompt_starts_reasoning(*ctx.reasoning, prompt);
+  const bool prompt_opened_reasoning = reasoning_start;  // before a forced tool call closes it below
   if (forced && *ctx.tool == chat::ToolFormat::MiniMaxM3) {
     // The whole tool-call block is generated under a grammar (src/structured/tool_grammar.h): invoke
     // names from the listed tools (the named one only), parameters per each tool's schema, so the
@@ -684,6 +717,7 @@ ParsedRequest parse_chat_request(const ojson& body, const ServerContext& ctx, co
     r.choice.tools = nlohmann::json::parse(dump(*tools));  // dump() replaces invalid UTF-8
   }
   attach_constraint(body, ctx, r, reasoning_start);
+  read_thinking_budget(body, ctx, r, prompt, prompt_opened_reasoning, reasoning_start);
   finish_limits(body, ctx, r, ctx.max_model_len > 0 ? ctx.max_model_len : (1 << 20));
   read_kv_transfer_params(body, ctx, r);
   check_kv_single(r);

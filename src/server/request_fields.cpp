@@ -100,7 +100,8 @@ const char* const kChatFields[] = {
     "top_k", "min_p", "seed", "stop", "stop_token_ids", "logit_bias", "ignore_eos", "include_stop_str_in_output",
     "skip_special_tokens", "n", "stream", "stream_options", "max_tokens", "max_completion_tokens", "logprobs",
     "top_logprobs", "tools", "tool_choice", "parallel_tool_calls", "chat_template_kwargs", "reasoning_effort",
-    "add_generation_prompt", "separate_reasoning", "add_special_tokens", "user", "metadata", "prompt_cache_key",
+    "add_generation_prompt", "separate_reasoning", "thinking_token_budget", "add_special_tokens", "user", "metadata",
+    "prompt_cache_key",
     "safety_identifier", "response_format", "structured_outputs", "guided_json", "guided_regex", "guided_choice",
     "guided_grammar", "guided_decoding_backend"};
 const char* const kCompletionFields[] = {

@@ -269,9 +269,22 @@ struct Matcher::Runtime {
 };
 
 Matcher::Matcher(std::shared_ptr<const ConstraintSpec> spec) : spec_(std::move(spec)) {
-  if (!spec_ || !spec_->grammar || !spec_->vocab) throw Error("structured output: a constraint needs a grammar and a vocabulary");
-  rt_ = std::make_shared<Runtime>(*spec_->grammar, *spec_->vocab);
+  if (!spec_ || !spec_->vocab) throw Error("structured output: a constraint needs a vocabulary");
   const TokenVocab& v = *spec_->vocab;
+  if (spec_->start_after_budget >= 0) {
+    const int32_t t = spec_->start_after_token;
+    if (spec_->start_after.empty() || t < 0 || t >= v.size())
+      throw Error("structured output: a reasoning budget needs the reasoning end tag as one token");
+    auto m = std::make_shared<std::vector<uint64_t>>(size_t(v.mask_words()), 0);
+    (*m)[size_t(t) >> 6] |= uint64_t(1) << (t & 63);
+    close_mask_ = std::move(m);
+  }
+  if (!spec_->grammar) {  // the budget alone
+    if (spec_->start_after_budget < 0) throw Error("structured output: a constraint needs a grammar or a reasoning budget");
+    st_.active = false;
+    return;
+  }
+  rt_ = std::make_shared<Runtime>(*spec_->grammar, v);
   rt_->ends.assign(size_t(v.mask_words()), 0);
   auto set_end = [&](int32_t t) {
     if (t >= 0 && t < v.size()) rt_->ends[size_t(t) >> 6] |= uint64_t(1) << (t & 63);
@@ -290,7 +303,8 @@ bool Matcher::is_end(int32_t t) const {
 }
 
 const uint64_t* Matcher::mask() {
-  if (!st_.active) return nullptr;
+  if (!st_.active) return must_close() ? close_mask_->data() : nullptr;
+  if (!rt_) return nullptr;
   if (st_.finished) return rt_->ends.data();
   auto& cf = rt_->configs[size_t(st_.config)];
   if (cf.mask) {
@@ -317,7 +331,8 @@ const uint64_t* Matcher::mask() {
 }
 
 bool Matcher::accepts(int32_t t) {
-  if (!st_.active) return true;
+  if (!st_.active) return !must_close() || t == spec_->start_after_token;
+  if (!rt_) return true;
   if (t < 0 || t >= spec_->vocab->size()) return false;
   if (st_.finished) return is_end(t);
   if (is_end(t)) {
@@ -336,6 +351,8 @@ bool Matcher::accepts(int32_t t) {
 bool Matcher::advance(int32_t t) {
   const TokenVocab& v = *spec_->vocab;
   if (!st_.active) {
+    if (must_close() && t != spec_->start_after_token) return false;
+    ++st_.waited;
     if (t < 0 || t >= v.size()) return true;
     const std::string& want = spec_->start_after;
     st_.tail += v.bytes(t);
@@ -347,12 +364,14 @@ bool Matcher::advance(int32_t t) {
     std::string rest = st_.tail.substr(at + want.size());
     st_.tail.clear();
     st_.active = true;
+    if (!rt_) return true;
     // Text after the tag in the same token goes to the grammar when it fits (best effort: the
     // token is already taken).
     const int32_t c = rt_->walk(st_.config, rest);
     if (c >= 0) st_.config = c;
     return true;
   }
+  if (!rt_) return true;
   if (!accepts(t)) return false;
   if (st_.finished || is_end(t)) {
     st_.finished = true;
@@ -363,21 +382,23 @@ bool Matcher::advance(int32_t t) {
 }
 
 bool Matcher::advance_bytes(std::string_view bytes) {
+  if (!rt_) return true;
   const int32_t c = rt_->walk(st_.config, bytes);
   if (c < 0) return false;
   st_.config = c;
   return true;
 }
 
-bool Matcher::accepts_bytes(std::string_view bytes) const { return rt_->walk(st_.config, bytes) >= 0; }
+bool Matcher::accepts_bytes(std::string_view bytes) const { return !rt_ || rt_->walk(st_.config, bytes) >= 0; }
 
-bool Matcher::accepting() const { return st_.config >= 0 && rt_->configs[size_t(st_.config)].accepting; }
+bool Matcher::accepting() const { return !rt_ || (st_.config >= 0 && rt_->configs[size_t(st_.config)].accepting); }
 
-bool Matcher::terminated() const { return accepting() && rt_->configs[size_t(st_.config)].tops.empty(); }
+bool Matcher::terminated() const { return rt_ && accepting() && rt_->configs[size_t(st_.config)].tops.empty(); }
 
-Matcher::Stats Matcher::stats() const { return rt_->stats; }
+Matcher::Stats Matcher::stats() const { return rt_ ? rt_->stats : Stats{}; }
 
 std::string Matcher::check_limits() {
+  if (!rt_) return {};
   Stats& st = rt_->stats;
   const int64_t limit = spec_->max_state_bytes;
   if (st.state_bytes + st.row_bytes <= limit) return {};

@@ -62,6 +62,7 @@ class TokenVocab {
 
 // What a request asks for; shared (immutable) by the matchers made from it (n > 1 choices).
 struct ConstraintSpec {
+  // Null: no grammar, only the reasoning budget below (nothing is constrained once start_after has come).
   std::shared_ptr<const CompiledGrammar> grammar;
   std::shared_ptr<const TokenVocab> vocab;
   // Allowed exactly when the grammar accepts (eos is added when the vocabulary knows it).
@@ -71,6 +72,11 @@ struct ConstraintSpec {
   // Non-empty: no constraint until this text has been generated (the reasoning end tag, e.g.
   // "</mm:think>" for the minimax_m3 reasoning parser); the grammar applies to what follows it.
   std::string start_after;
+  // A reasoning budget (thinking_token_budget): at most this many tokens may come before start_after;
+  // at the budget only start_after_token (start_after as one token) is allowed, which ends the
+  // reasoning. -1: no budget.
+  int64_t start_after_budget = -1;
+  int32_t start_after_token = -1;
   std::string description;  // for messages ("json_schema", "regex", ...)
   // Per-request memory bounds of the matcher (all its forks share them; see Matcher::check_limits).
   // Masks: the cached allowed-token bitsets (vocab/8 bytes each, 25 KB at 200K tokens); past the
@@ -111,7 +117,8 @@ class Matcher {
     int32_t config = -1;
     bool active = true;
     bool finished = false;
-    std::string tail;  // last bytes generated while waiting for start_after
+    std::string tail;     // last bytes generated while waiting for start_after
+    int64_t waited = 0;   // tokens generated while waiting for start_after (the reasoning budget)
   };
   State save() const { return st_; }
   void restore(const State& s) { st_ = s; }
@@ -137,8 +144,13 @@ class Matcher {
 
  private:
   bool is_end(int32_t t) const;
+  // The reasoning budget is spent: only start_after_token may come.
+  bool must_close() const {
+    return !st_.active && spec_->start_after_budget >= 0 && st_.waited >= spec_->start_after_budget;
+  }
   std::shared_ptr<const ConstraintSpec> spec_;
-  std::shared_ptr<Runtime> rt_;
+  std::shared_ptr<Runtime> rt_;  // null without a grammar
+  std::shared_ptr<const std::vector<uint64_t>> close_mask_;  // start_after_token alone (with a budget)
   State st_;
 };
 

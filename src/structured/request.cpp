@@ -1,6 +1,8 @@
 // Request fields -> grammar (see request.h).
 #include "structured/request.h"
 
+#include <optional>
+
 #include "structured/gbnf.h"
 #include "structured/matcher.h"
 #include "structured/tool_grammar.h"
@@ -130,6 +132,24 @@ std::shared_ptr<const ConstraintSpec> make_constraint(const Grammar& g, std::sha
   if (auto ns = tok.token_to_id(kToolNamespaceText)) s->text_specials.push_back(*ns);
   s->start_after = std::move(start_after);
   s->description = std::move(description);
+  return s;
+}
+
+std::shared_ptr<const ConstraintSpec> with_reasoning_budget(std::shared_ptr<const ConstraintSpec> spec,
+                                                            std::shared_ptr<const TokenVocab> vocab,
+                                                            const Tokenizer& tok, const std::string& start_after,
+                                                            int64_t budget) {
+  const std::optional<int32_t> id = tok.token_to_id(start_after);
+  if (!id) throw StructuredError("the tokenizer has no single token for the reasoning end tag " + start_after);
+  auto s = spec ? std::make_shared<ConstraintSpec>(*spec) : std::make_shared<ConstraintSpec>();
+  if (!spec) {
+    s->vocab = std::move(vocab);
+    s->description = "thinking_token_budget";
+  }
+  // A grammar that applies after the reasoning waits for the same tag (attach_constraint set it).
+  s->start_after = start_after;
+  s->start_after_budget = budget;
+  s->start_after_token = *id;
   return s;
 }
 

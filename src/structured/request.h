@@ -45,4 +45,12 @@ std::shared_ptr<const ConstraintSpec> make_constraint(const Grammar& g, std::sha
                                                       std::string start_after, std::string description,
                                                       const Limits& limits = Limits{});
 
+// `spec` (null: none) with a reasoning budget: at most `budget` tokens before `start_after` (the
+// reasoning end tag, one token of `tok`), then that tag is the only token allowed. Throws
+// StructuredError when the tokenizer has no single token for the tag.
+std::shared_ptr<const ConstraintSpec> with_reasoning_budget(std::shared_ptr<const ConstraintSpec> spec,
+                                                            std::shared_ptr<const TokenVocab> vocab,
+                                                            const Tokenizer& tok, const std::string& start_after,
+                                                            int64_t budget);
+
 }  // namespace m3::structured

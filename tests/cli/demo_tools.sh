@@ -8,7 +8,8 @@
 # tools (tool_tasks_expected.txt: the names, in order; a guard against a model that ignores the question: the
 # shipped model gets 15 of these 30, and its arguments are not yet right, see tools/train/README.md), and that
 # every thinking-enabled response that calls a tool has its reasoning in message.reasoning_content with no
-# markup left in content. Greedy, so deterministic. Usage: demo_tools.sh <m3serve> <tests/data> <tmpdir>
+# markup left in content; and that thinking_token_budget / the Messages API's thinking.budget_tokens close the
+# reasoning after that many tokens. Greedy, so deterministic. Usage: demo_tools.sh <m3serve> <tests/data> <tmpdir>
 set -euo pipefail
 BIN=$1
 DATA=$2
@@ -57,6 +58,36 @@ echo "demo tool tasks: $n, well-formed tool_calls $wf, expected tools $named, th
 [ $((named * 100)) -ge $((n * 40)) ] || fail "expected tools called on $named of $n tasks (< 40%)"
 [ "$think_calls" -gt 0 ] || fail "no thinking-enabled task called a tool"
 [ "$think_ok" = "$think_calls" ] || fail "reasoning not in reasoning_content on $((think_calls - think_ok)) of $think_calls thinking-enabled calls"
+
+# thinking_token_budget (and the Messages API's thinking.budget_tokens): the reasoning stops after at most
+# that many tokens, the end tag forced, and the answer follows; the same request without the budget thinks longer.
+python3 - "$U" <<'PY' || fail "thinking_token_budget"
+import json, sys, urllib.request
+base = sys.argv[1]
+def post(path, body):
+    req = urllib.request.Request(base + path, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=120) as r:
+        return json.loads(r.read())
+def ntok(text):
+    return post("/tokenize", {"prompt": text or ""})["count"]
+chat = {"model": "demo", "messages": [{"role": "user", "content": "What is the weather in Paris tomorrow?"}],
+        "chat_template_kwargs": {"thinking_mode": "enabled"}, "temperature": 0, "max_tokens": 60, "logprobs": True}
+free = post("/v1/chat/completions", chat)["choices"][0]
+free_tokens = [t["token"] for t in free["logprobs"]["content"]]
+assert "</mm:think>" not in free_tokens[:4], free_tokens  # the model thinks longer than the budget below
+for budget in (0, 3):
+    c = post("/v1/chat/completions", {**chat, "thinking_token_budget": budget})["choices"][0]
+    toks = [t["token"] for t in c["logprobs"]["content"]]
+    assert toks[budget] == "</mm:think>", (budget, toks)  # forced right after the budget
+    assert toks[:budget] == free_tokens[:budget], (toks, free_tokens)  # the same reasoning until then
+    assert ntok(c["message"]["reasoning"]) <= budget and c["message"]["content"], c["message"]
+m = post("/v1/messages", {"model": "demo", "max_tokens": 40, "temperature": 0,
+                          "thinking": {"type": "enabled", "budget_tokens": 2},
+                          "messages": [{"role": "user", "content": "What is the weather in Paris tomorrow?"}]})
+thinking = [b["thinking"] for b in m["content"] if b["type"] == "thinking"]
+assert sum(ntok(t) for t in thinking) <= 2 and any(b["type"] != "thinking" for b in m["content"]), m
+print("thinking budget: forced at 0 and 3 tokens; unbounded reasoning ran", free_tokens.index("</mm:think>") if "</mm:think>" in free_tokens else "past 60", "tokens")
+PY
 
 kill -TERM $PID
 wait $PID || fail "server did not exit cleanly"

@@ -144,7 +144,7 @@ TEST(AgentApis, MessagesRequestToChat) {
       {"role": "user", "content": "And tomorrow?"}],
     "max_tokens": 64, "temperature": 0.5, "top_k": 5, "stop": ["END"],
     "tools": [{"type": "function", "function": {"name": "get_weather", "description": "Weather.", "parameters": {"type": "object"}}}],
-    "tool_choice": "required", "parallel_tool_calls": false,
+    "tool_choice": "required", "parallel_tool_calls": false, "thinking_token_budget": 1024,
     "chat_template_kwargs": {"thinking_mode": "enabled"}})"))
       << messages_to_chat(body).dump(1);
   // count_tokens: no max_tokens needed, no sampling fields.

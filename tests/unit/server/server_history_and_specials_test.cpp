@@ -15,6 +15,7 @@
 #include "chat/special_text_filter.h"
 #include "engine/sampler.h"
 #include "server/errors.h"
+#include "server/messages_api.h"
 #include "server/openai_protocol.h"
 #include "tokenizer/tokenizer.h"
 
@@ -327,4 +328,45 @@ TEST(TokenizerStrings, TokenStringIsTheTokenizerJsonForm) {
   // The space before "world" in its byte-level form.
   EXPECT_TRUE(std::any_of(strs.begin(), strs.end(), [](const std::string& t) { return t.rfind("Ġ", 0) == 0; }));
   EXPECT_THROW(tok.token_string(-1), Error);
+}
+
+TEST(RequestFields, ThinkingTokenBudgetBecomesAConstraint) {
+  const ServerContext ctx = tiny_ctx();
+  auto chat = [](const char* extra) {
+    return ojson::parse(std::string(R"({"messages":[{"role":"user","content":"hi"}])") + extra + "}");
+  };
+  ParsedRequest r = parse_chat_request(
+      chat(R"(,"chat_template_kwargs":{"thinking_mode":"enabled"},"thinking_token_budget":5)"), ctx);
+  ASSERT_TRUE(r.params.constraint);
+  EXPECT_EQ(r.params.constraint->grammar, nullptr);
+  EXPECT_EQ(r.params.constraint->start_after, "</mm:think>");
+  EXPECT_EQ(r.params.constraint->start_after_budget, 5);
+  EXPECT_EQ(r.params.constraint->start_after_token, *tiny_tok().token_to_id("</mm:think>"));
+  // With a response_format: the grammar after the tag, the budget before it.
+  r = parse_chat_request(chat(R"(,"chat_template_kwargs":{"thinking_mode":"enabled"},"thinking_token_budget":0,
+    "response_format":{"type":"json_object"})"),
+                         ctx);
+  ASSERT_TRUE(r.params.constraint);
+  EXPECT_NE(r.params.constraint->grammar, nullptr);
+  EXPECT_EQ(r.params.constraint->start_after_budget, 0);
+  // Thinking disabled: no reasoning to bound. A forced tool call closes the block too.
+  r = parse_chat_request(chat(R"(,"chat_template_kwargs":{"thinking_mode":"disabled"},"thinking_token_budget":5)"), ctx);
+  EXPECT_FALSE(r.params.constraint);
+  // Adaptive (the default): the model's own block cannot be counted, so the field is refused.
+  auto [status, msg] = refusal(chat(R"(,"thinking_token_budget":5)"), ctx);
+  EXPECT_EQ(status, 400);
+  EXPECT_EQ(msg.rfind("thinking_token_budget: ", 0), 0u) << msg;
+  EXPECT_EQ(refusal(chat(R"(,"chat_template_kwargs":{"thinking_mode":"enabled"},"thinking_token_budget":-1)"), ctx).first,
+            400);
+  ServerContext no_parser = ctx;
+  no_parser.reasoning.reset();
+  EXPECT_NE(refusal(chat(R"(,"chat_template_kwargs":{"thinking_mode":"enabled"},"thinking_token_budget":5)"), no_parser)
+                .second.find("needs a reasoning parser"),
+            std::string::npos);
+  // The Messages API's thinking.budget_tokens maps onto it.
+  const ojson c = messages_to_chat(ojson::parse(R"({"max_tokens":9,"messages":[{"role":"user","content":"hi"}],
+    "thinking":{"type":"enabled","budget_tokens":7}})"),
+                                   false, nullptr);
+  EXPECT_EQ(c["thinking_token_budget"], 7);
+  EXPECT_EQ(c["chat_template_kwargs"]["thinking_mode"], "enabled");
 }

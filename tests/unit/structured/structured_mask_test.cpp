@@ -5,6 +5,7 @@
 
 #include <random>
 
+#include "base/error.h"
 #include "structured/tool_grammar.h"
 #include "tokenizer/tokenizer.h"
 
@@ -124,4 +125,76 @@ TEST(StructuredMask, EndTokenOnlyWhenAcceptingAndReasoningGate) {
   m.restore(before);
   EXPECT_FALSE(m.accepting());
   EXPECT_TRUE(bit(yes));
+}
+
+// thinking_token_budget: at most N tokens before the end tag, then the tag alone; with a grammar the
+// grammar applies after it, without one nothing is constrained after it. Forks and saved states carry
+// the count (speculation, preemption).
+TEST(StructuredMask, ReasoningBudgetForcesTheEndTag) {
+  // A vocabulary of single bytes plus "</t>" as one token (id 257) and an end token (256).
+  std::vector<std::string> b;
+  std::vector<bool> sp;
+  for (int i = 0; i < 256; ++i) {
+    b.push_back(std::string(1, char(i)));
+    sp.push_back(false);
+  }
+  b.push_back("<eos>");
+  sp.push_back(true);
+  b.push_back("</t>");
+  sp.push_back(true);
+  auto vocab = TokenVocab::from_tokens(b, sp, 256);
+  const int32_t close = 257;
+  auto budget_only = std::make_shared<ConstraintSpec>();
+  budget_only->vocab = vocab;
+  budget_only->start_after = "</t>";
+  budget_only->start_after_budget = 3;
+  budget_only->start_after_token = close;
+  Matcher m(budget_only);
+  auto only_close = [&](Matcher& x) {
+    const uint64_t* mask = x.mask();
+    if (!mask) return false;
+    for (int32_t t = 0; t < vocab->size(); ++t)
+      if (((mask[t >> 6] >> (t & 63)) & 1) != (t == close)) return false;
+    return true;
+  };
+  for (char c : std::string("abc")) {
+    EXPECT_EQ(m.mask(), nullptr);
+    ASSERT_TRUE(m.advance(int32_t(uint8_t(c))));
+  }
+  EXPECT_TRUE(only_close(m));  // three tokens: the budget is spent
+  EXPECT_FALSE(m.accepts('d'));
+  EXPECT_FALSE(m.advance('d'));
+  Matcher f = m.fork();
+  const Matcher::State spent = m.save();
+  ASSERT_TRUE(m.advance(close));
+  EXPECT_TRUE(m.active());
+  EXPECT_EQ(m.mask(), nullptr);  // no grammar: free after the tag
+  EXPECT_TRUE(m.advance('z'));
+  EXPECT_TRUE(only_close(f));  // the fork is still at the budget
+  m.restore(spent);
+  EXPECT_TRUE(only_close(m));
+  // Closing early needs no forcing.
+  Matcher early(budget_only);
+  ASSERT_TRUE(early.advance('a'));
+  ASSERT_TRUE(early.advance(close));
+  EXPECT_EQ(early.mask(), nullptr);
+  // Budget 0: the tag first.
+  auto zero = std::make_shared<ConstraintSpec>(*budget_only);
+  zero->start_after_budget = 0;
+  Matcher z(zero);
+  EXPECT_TRUE(only_close(z));
+  // With a grammar: the grammar constrains what follows the forced tag.
+  auto with_grammar = std::make_shared<ConstraintSpec>(*budget_only);
+  with_grammar->grammar = compile(choice_grammar({"yes", "no"}));
+  Matcher g(with_grammar);
+  for (char c : std::string("abc")) ASSERT_TRUE(g.advance(int32_t(uint8_t(c))));
+  EXPECT_TRUE(only_close(g));
+  ASSERT_TRUE(g.advance(close));
+  ASSERT_NE(g.mask(), nullptr);
+  EXPECT_TRUE(g.accepts('y'));
+  EXPECT_FALSE(g.accepts('q'));
+  // A budget without the tag as one token is refused.
+  auto bad = std::make_shared<ConstraintSpec>(*budget_only);
+  bad->start_after_token = -1;
+  EXPECT_THROW(Matcher{bad}, m3::Error);
 }
