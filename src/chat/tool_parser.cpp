@@ -190,7 +190,23 @@ struct Node {
   std::vector<Node> children;
 };
 
+// Whether the schema admits null: {"type": [..., "null"]} or an anyOf / oneOf branch {"type": "null"}.
+bool nullable(const ojson* s) {
+  if (!s || !s->is_object()) return false;
+  if (s->contains("type") && (*s)["type"].is_array())
+    for (auto& x : (*s)["type"])
+      if (x == "null") return true;
+  for (const char* k : {"anyOf", "oneOf"})
+    if (s->contains(k) && (*s)[k].is_array())
+      for (auto& a : (*s)[k])
+        if (a.is_object() && a.contains("type") && a["type"] == "null") return true;
+  return false;
+}
+
 ojson convert(const Node& n, const ojson* schema) {
+  // "null" written for a parameter that may be null is JSON null (as vLLM's MiniMax parsers give it),
+  // whatever its other type.
+  if (n.children.empty() && nullable(schema) && trim(n.text) == "null") return nullptr;
   schema = unwrap(schema);
   std::string type = schema_type(schema);
   if (n.children.empty()) return typed_scalar(n.text, type);
@@ -367,6 +383,23 @@ struct ToolParser::Impl {
       if (rest.substr(0, invoke.size()) == invoke) {  // missing <tool_call> opener: still a call
         buf.erase(0, best);
         mode = Mode::Block;
+        return true;
+      }
+    }
+    if (pat == opener && fmt == ToolFormat::MiniMaxM3) {
+      // A bare <tool_call> (no namespace token) opens a block only when an invoke follows; otherwise it is
+      // text, e.g. an answer that explains another model's tool format ("wrap calls in <tool_call> tags").
+      std::string_view rest = std::string_view(buf).substr(best + opener.size());
+      while (!rest.empty() && is_ws(rest.front())) rest.remove_prefix(1);
+      const std::string invoke = "<invoke name=\"", ns_invoke = kNs + invoke;
+      const bool call = rest.substr(0, invoke.size()) == invoke || rest.substr(0, ns_invoke.size()) == ns_invoke;
+      if (!call) {
+        if (!final && (rest.empty() || is_proper_prefix_of(rest, invoke) || is_proper_prefix_of(rest, ns_invoke))) {
+          buf.erase(0, best);  // still undecided
+          return false;
+        }
+        emit_content(opener, out);
+        buf.erase(0, best + opener.size());
         return true;
       }
     }

@@ -12,6 +12,7 @@
 
 #include "cli/commands.h"
 #include "cli/flag_checks.h"
+#include "cli/generation_defaults.h"
 #include "cli/engine_flags.h"
 #include "cli/request_json.h"
 #include "engine/engine.h"
@@ -110,6 +111,7 @@ void run_batch(Opts& o) {
   // gets an {"error": ...} line in its place; the others go on.
   std::vector<OfflineRequest> reqs;
   std::vector<std::string> errors;
+  const SamplingParams defaults = generation_defaults(o.dirs.model);
   std::string line;
   for (int n = 1; std::getline(in, line); ++n) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
@@ -123,7 +125,7 @@ void run_batch(Opts& o) {
       } catch (const std::exception& e) {
         throw Error(where + ": not valid JSON (" + e.what() + ")");
       }
-      reqs.back() = parse_offline_request(j, tok, model.config().vocab, where);
+      reqs.back() = parse_offline_request(j, tok, model.config().vocab, where, defaults);
     } catch (const Error& e) {
       errors.back() = e.what();
     }
@@ -233,8 +235,9 @@ void register_generate(CLI::App& app) {
   for (CLI::Option* opt : single) opt->excludes(input);
   add_engine_flags(sub, o->engine);
   add_tokenizer_ref_flags(sub, o->engine.model.ref);
-  sub->callback([o] {
+  sub->callback([o, sub] {
     if (o->input.empty() && o->prompt.empty()) throw Error("generate needs --prompt TEXT or --input FILE.jsonl");
+    o->sp.has_seed = sub->count("--seed") > 0;  // else the engine draws a seed of its own
     o->engine.resolve();  // flag errors before a download
     o->engine.model.options();
     o->dirs = resolve_model_dirs(o->engine.model.ref, o->model);

@@ -17,6 +17,7 @@
 #include "cli/chat_template_file.h"
 #include "cli/commands.h"
 #include "cli/flag_checks.h"
+#include "cli/generation_defaults.h"
 #include "cli/engine_flags.h"
 #include "engine/engine.h"
 #include "events/zmq_event_publisher.h"
@@ -90,17 +91,14 @@ std::string default_model_dir() {
               "the binary); pass the checkpoint directory: m3serve serve MODEL");
 }
 
+// generation_config.json's sampling defaults (vLLM's behaviour), as generate --input applies them too.
 void apply_generation_config(const std::string& dir, server::ServerContext& ctx) {
-  const fs::path p = fs::path(dir) / "generation_config.json";
-  if (!fs::exists(p)) return;
-  auto j = nlohmann::json::parse(read_file(p), nullptr, false);
-  if (!j.is_object()) return;
-  if (j.contains("temperature") && j["temperature"].is_number()) ctx.default_temperature = j["temperature"].get<float>();
-  if (j.contains("top_p") && j["top_p"].is_number()) ctx.default_top_p = j["top_p"].get<float>();
-  if (j.contains("top_k") && j["top_k"].is_number_integer()) ctx.default_top_k = j["top_k"].get<int>();
-  if (j.contains("min_p") && j["min_p"].is_number()) ctx.default_min_p = j["min_p"].get<float>();
-  if (j.contains("repetition_penalty") && j["repetition_penalty"].is_number())
-    ctx.default_repetition_penalty = j["repetition_penalty"].get<float>();
+  const SamplingParams d = generation_defaults(dir);
+  ctx.default_temperature = d.temperature;
+  ctx.default_top_p = d.top_p;
+  ctx.default_top_k = d.top_k;
+  ctx.default_min_p = d.min_p;
+  ctx.default_repetition_penalty = d.repetition_penalty;
 }
 
 void run_serve(ServeOpts& o, CLI::App* sub) {

@@ -26,9 +26,11 @@ bool is_structured_field(const std::string& k) {
 
 }  // namespace
 
-OfflineRequest parse_offline_request(const json& j, const Tokenizer& tok, int64_t vocab, const std::string& where) {
+OfflineRequest parse_offline_request(const json& j, const Tokenizer& tok, int64_t vocab, const std::string& where,
+                                     const SamplingParams& defaults) {
   if (!j.is_object()) throw Error(where + ": expected a JSON object");
   OfflineRequest r;
+  r.params = defaults;
   SamplingParams& p = r.params;
   bool have_prompt = false;
   server::FieldStyle style;

@@ -20,8 +20,9 @@ struct OfflineRequest {
 // name, see server/request_fields.h). The structured-output fields (response_format,
 // structured_outputs, guided_*) are read as the server reads them (structured/request.h) and become
 // params.constraint over the model's `vocab` ids; the prompt is raw text, so there is no reasoning
-// gate (the constraint applies from the first generated token).
+// gate (the constraint applies from the first generated token). Fields a line leaves out take `defaults`
+// (generation_defaults: the checkpoint's generation_config.json, as the server's requests do).
 OfflineRequest parse_offline_request(const nlohmann::ordered_json& j, const Tokenizer& tok, int64_t vocab,
-                                     const std::string& where);
+                                     const std::string& where, const SamplingParams& defaults = SamplingParams{});
 
 }  // namespace m3::cli

@@ -123,7 +123,7 @@ void attach_constraint(const ojson& b, const ServerContext& ctx, ParsedRequest& 
 // thinking_token_budget (vLLM's field; the Messages API's thinking.budget_tokens): at most that many
 // tokens of reasoning, then the end tag is forced (a constraint: exact with speculation too, and
 // composed with a response_format grammar that applies after the tag). It needs a block the prompt
-// opened (thinking_mode enabled); where the prompt closed it (disabled, or a forced tool call) there
+// opened (thinking_mode enabled); where the prompt closed it (disabled, or a forced minimax_m2 call) there
 // is no reasoning to bound; where the model may open one itself (adaptive) it cannot be counted here,
 // so the field is refused.
 void read_thinking_budget(const ojson& b, const ServerContext& ctx, ParsedRequest& r, const std::string& prompt,
@@ -672,26 +672,26 @@ ParsedRequest parse_chat_request(const ojson& body, const ServerContext& ctx, co
   std::string prompt = render_messages(body, ctx, true, &images, image_names);
   const bool separate_reasoning = opt_bool(body, "separate_reasoning").value_or(true);
   bool reasoning_start = ctx.reasoning && chat::ReasoningParser::prompt_starts_reasoning(*ctx.reasoning, prompt);
-  const bool prompt_opened_reasoning = reasoning_start;  // before a forced tool call closes it below
+  const bool prompt_opened_reasoning = reasoning_start;  // before a forced minimax_m2 call closes it below
   if (forced && *ctx.tool == chat::ToolFormat::MiniMaxM3) {
     // The whole tool-call block is generated under a grammar (src/structured/tool_grammar.h): invoke
     // names from the listed tools (the named one only), parameters per each tool's schema, so the
-    // parsed tool_calls always validate. A prompt that opened a think block gets it closed first, as
-    // thinking_mode "disabled" renders it: a forced call skips reasoning. A parameter schema the
-    // grammar cannot hold is refused by name, never loosened to free text.
-    if (reasoning_start) prompt += "</mm:think>";
+    // parsed tool_calls always validate. A prompt that opened a think block keeps it: the model reasons
+    // first, unconstrained, and the grammar takes over after the end tag (as response_format does;
+    // vLLM also reasons before a forced call). A parameter schema the grammar cannot hold is refused by
+    // name, never loosened to free text.
+    const std::string after = reasoning_start ? chat::ReasoningParser::tags(*ctx.reasoning).second : std::string();
     try {
       const structured::Grammar g =
           structured::tool_call_grammar(*tools, forced_name, forced_name.empty() && r.choice.parallel_tool_calls);
       r.params.constraint = structured::make_constraint(g, structured::TokenVocab::shared(*ctx.tok, ctx.vocab), *ctx.tok,
-                                                        r.params.stop_token_ids, "", "tool_call");
+                                                        r.params.stop_token_ids, after, "tool_call");
     } catch (const structured::StructuredError& e) {
       throw bad_request(std::string("tool_choice ") + (forced_name.empty() ? "required" : "'" + forced_name + "'") +
                             ": " + e.what(),
                         "tools");
     }
     r.choice.allowed_tool_names = tool_names;
-    reasoning_start = false;
   } else if (forced) {
     // The minimax_m2 format has no grammar here: its tool-call opener (and, for a named function, the
     // whole invoke tag) is forced right after the generation prompt.

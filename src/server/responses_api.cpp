@@ -104,6 +104,14 @@ ojson input_messages(const ojson& input, const ojson* instructions, std::vector<
     if (!reasoning.empty()) m["reasoning_content"] = std::exchange(reasoning, "");
     return m;
   };
+  // A reasoning item that no assistant message or call follows is an assistant turn of its own (as chat
+  // and Messages render the same history), never dropped.
+  auto flush_reasoning = [&] {
+    if (reasoning.empty()) return;
+    open_assistant = false;
+    assistant();
+    open_assistant = false;
+  };
   for (size_t i = 0; i < input.size(); ++i) {
     const std::string w = indexed("input", i);
     const ojson& item = object_field(input[i], w);
@@ -120,6 +128,7 @@ ojson input_messages(const ojson& input, const ojson* instructions, std::vector<
       if (role == "developer") role = "system";
       if (role != "user" && role != "system")
         throw bad_request(w + ".role must be user, assistant, system or developer", w + ".role");
+      flush_reasoning();
       msgs.push_back({{"role", role}, {"content", parts_content(c ? *c : ojson(""), w + ".content",
                                                                   role == "user" ? &image_names : nullptr)}});
       open_assistant = false;
@@ -132,6 +141,7 @@ ojson input_messages(const ojson& input, const ojson* instructions, std::vector<
       if (!m.contains("tool_calls")) m["tool_calls"] = ojson::array();
       m["tool_calls"].push_back(call);
     } else if (type == "function_call_output") {
+      flush_reasoning();
       const ojson* out = get_field(item, "output");
       msgs.push_back({{"role", "tool"},
                       {"tool_call_id", required_string(item, "call_id", w)},
@@ -157,6 +167,7 @@ ojson input_messages(const ojson& input, const ojson* instructions, std::vector<
                         w + ".type");
     }
   }
+  flush_reasoning();
   return msgs;
 }
 

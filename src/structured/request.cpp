@@ -130,6 +130,12 @@ std::shared_ptr<const ConstraintSpec> make_constraint(const Grammar& g, std::sha
   s->vocab = std::move(vocab);
   s->end_tokens = std::move(end_tokens);
   if (auto ns = tok.token_to_id(kToolNamespaceText)) s->text_specials.push_back(*ns);
+  // The tool-call block's own tags are special tokens in the M3 tokenizers: the model emits them as such,
+  // and a grammar that only let it spell them letter by letter kept it from closing the block (tool_choice
+  // required ran on to max_tokens, one call after another).
+  if (description == "tool_call")
+    for (const char* tag : {"<tool_call>", "</tool_call>"})
+      if (auto id = tok.token_to_id(tag); id && tok.is_special(*id)) s->text_specials.push_back(*id);
   s->start_after = std::move(start_after);
   s->description = std::move(description);
   return s;

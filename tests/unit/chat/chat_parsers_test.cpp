@@ -162,6 +162,28 @@ TEST(ToolParserM3, ContentAroundBlockAndStrayMarkers) {
   EXPECT_EQ(q.feed("max[>[z").content, "z");
 }
 
+// A bare <tool_call> (no namespace token) opens a block only when an invoke follows it; otherwise it is
+// text of the answer, streamed or not, however it is split.
+TEST(ToolParserM3, BareToolCallTagIsTextUnlessAnInvokeFollows) {
+  const std::string text = "Wrap calls in <tool_call> tags. Then wait for the result.";
+  ToolParser p(ToolFormat::MiniMaxM3, nullptr, counter_ids());
+  ToolParseResult r = p.parse(text);
+  EXPECT_EQ(r.content, text);
+  EXPECT_TRUE(r.calls.empty());
+  for (size_t k = 0; k <= text.size(); ++k) expect_same(r, stream_tools(ToolFormat::MiniMaxM3, nullptr, {text.substr(0, k), text.substr(k)}));
+  expect_same(r, stream_tools(ToolFormat::MiniMaxM3, nullptr, chars(text)));
+  // At the very end it is text too.
+  EXPECT_EQ(p.parse("see <tool_call>").content, "see <tool_call>");
+  // Followed by an invoke (with or without the namespace token): a call, as before.
+  for (const std::string& inv : {NS + "<invoke name=\"f\">", std::string("<invoke name=\"f\">")}) {
+    const std::string call = "ok <tool_call>\n" + inv + NS + "<a>1" + NS + "</a>" + NS + "</invoke>" + NS + "</tool_call>";
+    r = ToolParser(ToolFormat::MiniMaxM3, nullptr, counter_ids()).parse(call);
+    EXPECT_EQ(r.content, "ok ");
+    ASSERT_EQ(r.calls.size(), 1u) << call;
+    expect_same(r, stream_tools(ToolFormat::MiniMaxM3, nullptr, chars(call)));
+  }
+}
+
 TEST(ToolParserM3, TruncatedAndMalformed) {
   ToolParser p(ToolFormat::MiniMaxM3, spec_tools(), counter_ids());
   // Several invokes, the last one cut mid-value: only the complete one is a call.
@@ -217,6 +239,8 @@ TEST(ToolParserM3, SchemaTyping) {
   EXPECT_EQ(call(el("o", el("k", "5")) + el("arr", el("item", el("x", "1.5")) + el("item", el("x", "2")))),
             R"({"o": {"k": 5}, "arr": [{"x": 1.5}, {"x": 2}]})");
   EXPECT_EQ(call(el("raw", R"({"a": [1, 2]})") + el("o", "note" + el("k", "1"))), R"({"raw": {"a": [1, 2]}, "o": {"k": 1, "$text": "note"}})");
+  // "null" for a parameter that may be null is null, whatever its other type; for one that may not, text.
+  EXPECT_EQ(call(el("i", "null") + el("t", " null ") + el("s", "null")), R"({"i": null, "t": null, "s": "null"})");
   // Not in the schema: inferred.
   EXPECT_EQ(call(el("u1", "true") + el("u2", "null") + el("u3", "-3") + el("u4", "1e3") + el("u5", "hi there") +
                  el("u6", el("item", "1") + el("item", "b"))),

@@ -339,3 +339,22 @@ TEST(AgentApis, MessagesFullStopSequence) {
     "usage": {"input_tokens": 4, "output_tokens": 3}})"))
       << m.dump(1);
 }
+
+// A reasoning input item that no assistant message or call follows is kept as an assistant turn of its
+// own (chat and Messages render the same history so), at the end of the input or before the next turn.
+TEST(AgentApis, ResponsesReasoningItemAloneIsKept) {
+  const ResponsesRequest r = responses_to_chat(ojson::parse(R"({"input": [{"role": "user", "content": "Hi"},
+    {"type": "reasoning", "summary": [], "content": [{"type": "reasoning_text", "text": "The user greets me."}]},
+    {"role": "user", "content": "Again"},
+    {"type": "reasoning", "summary": [{"type": "summary_text", "text": "Last."}]}]})"));
+  EXPECT_EQ(r.chat["messages"], ojson::parse(R"([{"role": "user", "content": "Hi"},
+    {"role": "assistant", "content": "", "reasoning_content": "The user greets me."},
+    {"role": "user", "content": "Again"},
+    {"role": "assistant", "content": "", "reasoning_content": "Last."}])"))
+      << r.chat["messages"].dump(1);
+  // Followed by its message: one turn, as before.
+  const ResponsesRequest m = responses_to_chat(ojson::parse(R"({"input": [{"role": "user", "content": "Hi"},
+    {"type": "reasoning", "summary": [], "content": [{"type": "reasoning_text", "text": "R"}]},
+    {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Hello"}]}]})"));
+  EXPECT_EQ(m.chat["messages"][1], ojson::parse(R"({"role": "assistant", "content": "Hello", "reasoning_content": "R"})"));
+}

@@ -17,6 +17,7 @@
 #include "server/errors.h"
 #include "server/messages_api.h"
 #include "server/openai_protocol.h"
+#include "structured/matcher.h"
 #include "tokenizer/tokenizer.h"
 
 using namespace m3;
@@ -369,4 +370,25 @@ TEST(RequestFields, ThinkingTokenBudgetBecomesAConstraint) {
                                    false, nullptr);
   EXPECT_EQ(c["thinking_token_budget"], 7);
   EXPECT_EQ(c["chat_template_kwargs"]["thinking_mode"], "enabled");
+}
+
+// tool_choice required with the M3 tokenizer: the block's own tags are special tokens the grammar lets the
+// model emit as such (spelling them letter by letter, it could not close the block and ran to max_tokens).
+TEST(RequestFields, ForcedToolGrammarTakesTheTagTokens) {
+  const ServerContext ctx = tiny_ctx();
+  const ParsedRequest r = parse_chat_request(ojson::parse(R"({"messages":[{"role":"user","content":"weather?"}],
+    "tools":[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object",
+      "properties":{"city":{"type":"string"}}}}}],"tool_choice":"required"})"),
+                                             ctx);
+  ASSERT_TRUE(r.params.constraint);
+  const auto& sp = r.params.constraint->text_specials;
+  for (const char* tag : {"]<]minimax[>[", "<tool_call>", "</tool_call>"})
+    EXPECT_NE(std::find(sp.begin(), sp.end(), *tiny_tok().token_to_id(tag)), sp.end()) << tag;
+  structured::Matcher m(r.params.constraint);
+  const std::string call = "]<]minimax[>[<tool_call>\n]<]minimax[>[<invoke name=\"get_weather\">]<]minimax[>[<city>Paris"
+                           "]<]minimax[>[</city>]<]minimax[>[</invoke>\n]<]minimax[>[</tool_call>";
+  const std::vector<int32_t> ids = tiny_tok().encode(call, true);
+  EXPECT_NE(std::find(ids.begin(), ids.end(), *tiny_tok().token_to_id("</tool_call>")), ids.end());
+  for (int32_t t : ids) ASSERT_TRUE(m.advance(t)) << tiny_tok().token_string(t);
+  EXPECT_TRUE(m.terminated());
 }

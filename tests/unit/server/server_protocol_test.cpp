@@ -267,12 +267,23 @@ TEST(ServerProtocol, ToolChoiceConstrainsTheWholeCall) {
     }
     EXPECT_FALSE(ok) << "an unlisted tool name got through the grammar";
   }
-  // thinking enabled: the open think block is closed (empty); reasoning is skipped.
+  // thinking enabled: the model reasons first (the think block stays open) and the grammar takes over
+  // after its end tag.
   body["chat_template_kwargs"] = {{"thinking_mode", "enabled"}};
   r = parse_chat_request(body, ctx);
   const std::string& pt = r.prompt_texts[0];
-  EXPECT_EQ(pt.substr(pt.size() - std::string("<mm:think></mm:think>").size()), "<mm:think></mm:think>");
-  EXPECT_FALSE(r.choice.reasoning_start);
+  EXPECT_EQ(pt.substr(pt.size() - std::string("ai\n<mm:think>").size()), "ai\n<mm:think>");
+  EXPECT_TRUE(r.choice.reasoning_start);
+  ASSERT_TRUE(r.params.constraint);
+  EXPECT_EQ(r.params.constraint->start_after, "</mm:think>");
+  {
+    structured::Matcher m(r.params.constraint);
+    for (int32_t t : tok.encode("Let me look it up.</mm:think>", true)) ASSERT_TRUE(m.advance(t));
+    ASSERT_TRUE(m.active());
+    bool ok = true;
+    for (int32_t t : tok.encode("Sure!", true)) ok = ok && m.advance(t);
+    EXPECT_FALSE(ok) << "text after the reasoning got past the tool-call grammar";
+  }
   // required
   body["tool_choice"] = "required";
   r = parse_chat_request(body, ctx);
