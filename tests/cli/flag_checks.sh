@@ -4,7 +4,8 @@
 # - numbers: --kv-cache-memory / --block-size / --max-model-len 0 or below, --max-request-bytes and
 #   --max-waiting-requests below 0, bench serve's --num-prompts below 1;
 # - memory: a KV pool or an in-memory KV tier larger than MemAvailable (refused before any page is touched);
-# - generate: --prompt's sampling flags with --input, --output with --prompt;
+# - generate: --prompt's sampling flags with --input, --output with --prompt; --seed is honoured, and --input
+#   lines take generation_config.json's defaults;
 # - an unknown option is named as such (CLI11 lists extras backwards); --version prints the version;
 # - config.json: max_position_embeddings 0, an eos_token_id past the vocabulary;
 # - bench serve against a port nobody listens on says it could not connect;
@@ -78,6 +79,23 @@ json.dump(c, open(p, "w"))
 PY
 refused "eos_token_id past the vocabulary" 'eos_token_id.*is outside the vocabulary (vocab_size' generate --model "$TMP/bad" \
   --prompt hi
+
+# generate --prompt honours --seed (sampled text repeats); generate --input takes generation_config.json's
+# sampling defaults as serve does (a checkpoint asking for temperature 0 samples greedily when a line
+# leaves temperature out).
+a=$("$BIN" generate --model "$M" --prompt "Once upon" --max-tokens 12 --temperature 1 --seed 7 2>/dev/null)
+b=$("$BIN" generate --model "$M" --prompt "Once upon" --max-tokens 12 --temperature 1 --seed 7 2>/dev/null)
+[ "$a" = "$b" ] || fail "generate --seed 7 gave two texts: '$a' / '$b'"
+cp -r "$M" "$TMP/greedy"
+echo '{"temperature": 0.0, "top_p": 0.5}' >"$TMP/greedy/generation_config.json"
+printf '%s\n' '{"prompt": "Once upon", "max_tokens": 12}' '{"prompt": "Once upon", "max_tokens": 12, "temperature": 0}' \
+  '{"prompt": "Once upon", "max_tokens": 12, "temperature": 1, "seed": 3}' >"$TMP/lines.jsonl"
+"$BIN" generate --model "$TMP/greedy" --input "$TMP/lines.jsonl" --output "$TMP/out.jsonl" 2>/dev/null
+python3 - "$TMP/out.jsonl" <<'PY' || fail "generate --input defaults: $(cat "$TMP/out.jsonl")"
+import json, sys
+r = [json.loads(l) for l in open(sys.argv[1])]
+assert r[0]["token_ids"] == r[1]["token_ids"], r  # the default is the checkpoint's temperature 0
+PY
 
 # bench serve against a port nobody listens on (bound and closed again by python, so it is free).
 FREE=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
