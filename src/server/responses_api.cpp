@@ -1,6 +1,8 @@
 // The Responses API translator (see responses_api.h).
 #include "server/responses_api.h"
 
+#include <algorithm>
+
 namespace m3::server {
 
 namespace {
@@ -281,11 +283,15 @@ class ResponsesOutput final : public ApiOutput, BlockBuilder {
   std::string delta(const ChoiceDelta& d) override { return feed(d); }
   std::string end(const ChoiceState& s, const ojson& chat_usage) override {
     cut_ = s.finish_reason == "length";
+    for (const chat::ToolCall& c : s.tool_calls()) final_calls_.push_back(c.id);
+    final_known_ = true;
     std::string out = close_open();
     return out + event("response.completed", {{"response", final_response(s, chat_usage)}});
   }
   ojson full(const ChoiceState& s, const ojson& chat_usage) override {
     cut_ = s.finish_reason == "length";
+    for (const chat::ToolCall& c : s.tool_calls()) final_calls_.push_back(c.id);
+    final_known_ = true;
     feed(whole_delta(s));
     close_open();
     return final_response(s, chat_usage);
@@ -303,6 +309,8 @@ class ResponsesOutput final : public ApiOutput, BlockBuilder {
   std::string id_;
   int64_t seq_ = 0;
   bool cut_ = false;  // finish_reason length (set by end() and full() before the last block closes)
+  bool final_known_ = false;              // end() / full(): the parser's final calls are known
+  std::vector<std::string> final_calls_;  // their ids
   std::vector<std::string> item_ids_;
 
   std::string event(const char* type, ojson fields) {
@@ -362,8 +370,15 @@ class ResponsesOutput final : public ApiOutput, BlockBuilder {
     for (size_t i = 0; i < blocks().size(); ++i) r["output"].push_back(item(i, done_status(i)));
     return r;
   }
-  // A closed item's status: the last one is incomplete when max_output_tokens cut the response.
-  const char* done_status(size_t i) const { return cut_ && i + 1 == blocks().size() ? "incomplete" : "completed"; }
+  // A closed item's status: the last one is incomplete when max_output_tokens cut the response, and so is a
+  // streamed call the parser dropped at the end (the model stopped inside it: not among the final calls).
+  const char* done_status(size_t i) const {
+    if (cut_ && i + 1 == blocks().size()) return "incomplete";
+    const Block& b = blocks()[i];
+    const bool dropped = b.kind == Kind::Tool && final_known_ &&
+                         std::find(final_calls_.begin(), final_calls_.end(), b.id) == final_calls_.end();
+    return dropped ? "incomplete" : "completed";
+  }
 
   // Output item i; in_progress: as announced by output_item.added (no content yet).
   ojson item(size_t i, const char* status) const {

@@ -358,3 +358,28 @@ TEST(AgentApis, ResponsesReasoningItemAloneIsKept) {
     {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Hello"}]}]})"));
   EXPECT_EQ(m.chat["messages"][1], ojson::parse(R"({"role": "assistant", "content": "Hello", "reasoning_content": "R"})"));
 }
+
+// A call the model stopped inside (no length cut): the stream has announced it, the parser drops it at the
+// end; its output_item.done and the final response mark it incomplete instead of completed.
+TEST(AgentApis, ResponsesStreamedCallDroppedAtTheEndIsIncomplete) {
+  ChoiceState s(nullptr, m3_options());
+  auto out = make_responses_output(responses_to_chat(ojson::parse(R"({"input": "hi"})")).echo, "demo", 7, counter(),
+                                   [](const std::string& t) { return int64_t(t.size()); });
+  std::string sse = out->begin(3);
+  sse += out->delta(s.on_text("Hm.</mm:think>Checking. " + NS + "<tool_call>\n" + NS + "<invoke name=\"get_weather\">", false,
+                              FinishReason::None));
+  sse += out->delta(s.on_text(NS + "<city>Par", true, FinishReason::Stop));
+  sse += out->end(s, usage_json(3, 2, 0));
+  EXPECT_TRUE(s.tool_calls().empty());
+  const ojson ev = parse_sse(sse);
+  ojson done_item, final_output;
+  for (const auto& e : ev) {
+    if (e["event"] == "response.output_item.done" && e["data"]["item"]["type"] == "function_call") done_item = e["data"]["item"];
+    if (e["event"] == "response.completed") final_output = e["data"]["response"]["output"];
+  }
+  EXPECT_EQ(done_item["status"], "incomplete") << sse;
+  ASSERT_EQ(final_output.size(), 3u) << final_output.dump();  // reasoning, text, the call
+  EXPECT_EQ(final_output[1]["status"], "completed");
+  EXPECT_EQ(final_output[2]["type"], "function_call");
+  EXPECT_EQ(final_output[2]["status"], "incomplete");
+}
