@@ -456,7 +456,7 @@ void register_serve(CLI::App& app) {
   add_engine_flags(sub, o->engine);
   add_tokenizer_ref_flags(sub, o->engine.model.ref);
   // vLLM flags without effect here (reported at start when they ask for GPUs or several processes).
-  sub->add_option("--tensor-parallel-size", o->tp, "Not applicable (one CPU process)");
+  sub->add_option("--tensor-parallel-size", o->tp, "Not applicable (one CPU process); -tp N is the same");
   sub->add_option("--data-parallel-size", o->dp, "Not applicable");
   sub->add_option("--data-parallel-size-local", o->dp_local, "Not applicable");
   sub->add_option("--data-parallel-start-rank", o->dp_start_rank, "Not applicable");

@@ -21,7 +21,8 @@ void add_engine_flags(CLI::App* app, EngineFlags& f) {
                   "KV pool size in GiB (default: serve takes a quarter of the free RAM, generate what its requests "
                   "need)")
       ->check(positive_number());
-  app->add_option("--kv-cache-dtype", c.kv_cache_dtype, "auto (bf16), bf16, fp8, nvfp4, fp32");
+  app->add_option("--kv-cache-dtype", c.kv_cache_dtype,
+                  "auto (bf16), bf16, fp8, nvfp4, fp32 (vLLM's bfloat16 and fp8_e4m3 name bf16 and fp8)");
   app->add_option("--attention-config", f.attention_config, "JSON, e.g. '{\"indexer_kv_dtype\": \"fp8\"}'");
   app->add_flag("--enable-prefix-caching", f.prefix_caching, "Reuse cached KV pages of shared prefixes (default on)");
   app->add_flag("--no-enable-prefix-caching", f.no_prefix_caching, "Disable prefix caching");

@@ -501,21 +501,9 @@ class Converter {
       if (has_len || s.contains("pattern")) refuse("'format' together with 'pattern', 'minLength' or 'maxLength'", ptr + "/format");
       if (!s["format"].is_string()) throw StructuredError("structured output: 'format' at " + ptr + " must be a string");
       const std::string f = s["format"].get<std::string>();
-      static const std::string date =
-          "[0-9]{4}-((01|03|05|07|08|10|12)-(0[1-9]|[12][0-9]|3[01])|(04|06|09|11)-(0[1-9]|[12][0-9]|30)|02-(0[1-9]|1[0-9]|2[0-8]))";
-      static const std::string time = "([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\\.[0-9]{1,6})?(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])";
-      static const std::map<std::string, std::string> formats{
-          {"date", date},
-          {"time", time},
-          {"date-time", date + "T" + time},
-          {"uuid", "[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"},
-          {"ipv4", "(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])(\\.(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])){3}"},
-          {"email", "[A-Za-z0-9_+-]{1,32}(\\.[A-Za-z0-9_+-]{1,32}){0,3}@([A-Za-z0-9]([A-Za-z0-9-]{0,20}[A-Za-z0-9])?\\.){1,3}[A-Za-z]{2,12}"},
-      };
-      auto it = formats.find(f);
-      if (it == formats.end())
-        refuse("the format '" + f + "' (supported: date, time, date-time, uuid, ipv4, email)", ptr + "/format");
-      return e_seq({e_byte('"'), regex_expr(it->second, RegexMode::Raw, lim_, "format"), e_byte('"')});
+      const std::string* rx = json_format_regex(f);
+      if (!rx) refuse("the format '" + f + "' (supported: date, time, date-time, uuid, ipv4, email)", ptr + "/format");
+      return e_seq({e_byte('"'), regex_expr(*rx, RegexMode::Raw, lim_, "format"), e_byte('"')});
     }
     if (s.contains("pattern")) {
       if (has_len) refuse("'pattern' together with 'minLength' or 'maxLength'", ptr + "/pattern");
@@ -751,6 +739,34 @@ Grammar json_value_grammar(const JsonOptions& opt) {
   static const ojson root = true;
   Converter c(root, opt, Limits{});
   return c.run();
+}
+
+const std::string* json_format_regex(const std::string& format) {
+  static const std::string date =
+      "[0-9]{4}-((01|03|05|07|08|10|12)-(0[1-9]|[12][0-9]|3[01])|(04|06|09|11)-(0[1-9]|[12][0-9]|30)|02-(0[1-9]|1[0-9]|2[0-8]))";
+  static const std::string time = "([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\\.[0-9]{1,6})?(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])";
+  static const std::map<std::string, std::string> formats{
+      {"date", date},
+      {"time", time},
+      {"date-time", date + "T" + time},
+      {"uuid", "[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"},
+      {"ipv4", "(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])(\\.(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])){3}"},
+      {"email", "[A-Za-z0-9_+-]{1,32}(\\.[A-Za-z0-9_+-]{1,32}){0,3}@([A-Za-z0-9]([A-Za-z0-9-]{0,20}[A-Za-z0-9])?\\.){1,3}[A-Za-z]{2,12}"},
+  };
+  auto it = formats.find(format);
+  return it == formats.end() ? nullptr : &it->second;
+}
+
+const nlohmann::ordered_json& json_resolve_ref(const nlohmann::ordered_json& root, const std::string& ref,
+                                               const std::string& pointer) {
+  if (ref.empty() || ref[0] != '#')
+    throw StructuredError("structured output: '$ref' to another document (\"" + ref + "\") at " + pointer +
+                          " is not supported");
+  try {
+    return root.at(nlohmann::ordered_json::json_pointer(ref.substr(1)));
+  } catch (const std::exception&) {
+    throw StructuredError("structured output: '$ref' at " + pointer + " points to \"" + ref + "\", which does not exist");
+  }
 }
 
 }  // namespace m3::structured

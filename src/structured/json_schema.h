@@ -54,5 +54,11 @@ Grammar json_value_grammar(const JsonOptions& opt = {});
 // (a JSON pointer for messages).
 ExprPtr json_integer_expr(const nlohmann::ordered_json& schema, const std::string& pointer);
 ExprPtr json_number_expr(const nlohmann::ordered_json& schema, const std::string& pointer);
+// The regex (regex.h, whole-text) a supported string `format` stands for; null for any other format.
+const std::string* json_format_regex(const std::string& format);
+// The value a local "$ref" ("#", "#/$defs/x", any JSON pointer into `root`) names; throws StructuredError
+// (naming `pointer`) for a remote or dangling one.
+const nlohmann::ordered_json& json_resolve_ref(const nlohmann::ordered_json& root, const std::string& ref,
+                                               const std::string& pointer);
 
 }  // namespace m3::structured

@@ -1,7 +1,10 @@
 // The M3 tool-call block grammar (see tool_grammar.h).
 #include "structured/tool_grammar.h"
 
+#include <map>
+
 #include "structured/json_schema.h"
+#include "structured/regex.h"
 
 namespace m3::structured {
 
@@ -60,12 +63,64 @@ class ToolBuilder {
     return s;
   }
 
+  // The tool whose parameters are being read: local $refs point into them; each target is one rule
+  // (recursion included).
+  void begin_tool(const ojson& params, const std::string& ptr) {
+    root_ = &params;
+    root_ptr_ = ptr;
+    refs_.clear();
+  }
+
+  ExprPtr ref(const std::string& target, const std::string& ptr, int depth) {
+    auto it = refs_.find(target);
+    if (it != refs_.end()) return e_ref(it->second);
+    const ojson& t = json_resolve_ref(*root_, target, ptr + "/$ref");
+    const int r = g.add_rule(root_ptr_ + " " + target);
+    refs_[target] = r;
+    g.set_body(r, value(t, root_ptr_ + target.substr(1), depth + 1));
+    return e_ref(r);
+  }
+
+  // A string value: its raw text between the tags. format / pattern / minLength / maxLength as JSON
+  // Schema means them, on the text as written (a pattern must match the whole text: a restriction of
+  // JSON Schema's search semantics, so every value still validates; bounded lengths leave out ']').
+  ExprPtr string_value(const ojson& s, const std::string& ptr) {
+    if (!s.is_object()) return text();
+    const bool has_len = s.contains("minLength") || s.contains("maxLength");
+    if (s.contains("format")) {
+      if (has_len || s.contains("pattern")) refuse("'format' together with 'pattern', 'minLength' or 'maxLength'", ptr + "/format");
+      const std::string f = s["format"].is_string() ? s["format"].get<std::string>() : "";
+      const std::string* rx = json_format_regex(f);
+      if (!rx) refuse("the format '" + f + "' (supported: date, time, date-time, uuid, ipv4, email)", ptr + "/format");
+      return regex_expr(*rx, RegexMode::Raw, lim_, "format at " + ptr);
+    }
+    if (s.contains("pattern")) {
+      if (has_len) refuse("'pattern' together with 'minLength' or 'maxLength'", ptr + "/pattern");
+      if (!s["pattern"].is_string()) refuse("a 'pattern' that is not a string", ptr + "/pattern");
+      return regex_expr(s["pattern"].get<std::string>(), RegexMode::Raw, lim_, "'pattern' at " + ptr + "/pattern");
+    }
+    if (!has_len) return text();
+    auto count = [&](const char* k, int dflt) {
+      if (!s.contains(k)) return dflt;
+      if (!s[k].is_number_integer() || s[k].get<int64_t>() < 0 || s[k].get<int64_t>() > lim_.max_repeat)
+        refuse("'" + std::string(k) + "' outside 0.." + std::to_string(lim_.max_repeat), ptr + "/" + k);
+      return int(s[k].get<int64_t>());
+    };
+    const int mn = count("minLength", 0), mx = count("maxLength", -1);
+    if (mx >= 0 && mx < mn) refuse("'maxLength' below 'minLength' (it matches nothing)", ptr + "/maxLength");
+    return e_rep(e_codepoints(cp_complement({{']', ']'}, {'&', '&'}})), mn, mx);
+  }
+
   ExprPtr value(const ojson& s0, const std::string& ptr, int depth) {
     if (depth > lim_.max_schema_depth) refuse("nesting deeper than " + std::to_string(lim_.max_schema_depth), ptr);
+    if (s0.is_object() && s0.contains("$ref")) {
+      if (!s0["$ref"].is_string()) refuse("a '$ref' that is not a string", ptr + "/$ref");
+      return ref(s0["$ref"].get<std::string>(), ptr, depth);
+    }
     std::string type;
     const ojson& s = unwrap(s0, ptr, type);
     if (s.is_object()) {
-      for (const char* k : {"pattern", "format", "$ref", "allOf", "not", "patternProperties", "minLength", "maxLength"})
+      for (const char* k : {"allOf", "not", "patternProperties"})
         if (s.contains(k)) refuse("the keyword '" + std::string(k) + "' in a tool parameter", ptr + "/" + k);
       if (s.contains("const")) return scalar_literal(s["const"], ptr + "/const");
       if (s.contains("enum") && s["enum"].is_array()) {
@@ -74,7 +129,7 @@ class ToolBuilder {
         return e_alt(std::move(alts));
       }
     }
-    if (type.empty() || type == "string") return text();
+    if (type.empty() || type == "string") return string_value(s, ptr);
     if (type == "integer") return json_integer_expr(s, ptr);
     if (type == "number") return json_number_expr(s, ptr);
     if (type == "boolean") return e_alt({e_lit("true"), e_lit("false")});
@@ -122,6 +177,9 @@ class ToolBuilder {
 
  private:
   const Limits& lim_;
+  const ojson* root_ = nullptr;
+  std::string root_ptr_;
+  std::map<std::string, int> refs_;
 };
 
 }  // namespace
@@ -142,6 +200,7 @@ Grammar tool_call_grammar(const nlohmann::ordered_json& tools, const std::string
     if (name.find_first_of("\"<>&") != std::string::npos) b.refuse("the tool name '" + name + "'", "/tools/" + std::to_string(i));
     const std::string ptr = "/tools/" + std::to_string(i) + "/function/parameters";
     const ojson params = fn.contains("parameters") ? ojson(fn["parameters"]) : ojson::object();
+    b.begin_tool(params, ptr);
     ExprPtr body = b.members(params, ptr, 0);
     const int r = b.g.add_rule("invoke " + name);
     b.g.set_body(r, e_seq({b.ns_tag("<invoke name=\"" + name + "\">"), body, b.ns_tag("</invoke>"), e_byte('\n')}));

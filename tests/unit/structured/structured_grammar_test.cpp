@@ -282,3 +282,35 @@ TEST(StructuredTools, M3BlockForRequiredAndNamed) {
   EXPECT_FALSE(named.full(block(call2 + call2)));
   EXPECT_THROW(m3::structured::tool_call_grammar(tools, "nope"), StructuredError);
 }
+
+// Tool parameters with format, pattern, minLength / maxLength and local $refs (as generated tool schemas
+// carry them): each constrains the raw text between the tags as JSON Schema means it; a pattern must match
+// the whole text (a restriction of its search semantics: every value still validates).
+TEST(StructuredTools, StringKeywordsAndRefsInParameters) {
+  const nlohmann::ordered_json tools = nlohmann::ordered_json::parse(R"([{"type":"function","function":{"name":"f",
+    "parameters":{"type":"object","$defs":{"code":{"type":"string","pattern":"^[A-Z]{3}$"},
+      "node":{"type":"object","properties":{"v":{"type":"integer"},"next":{"$ref":"#/$defs/node"}}}},
+    "properties":{"day":{"type":"string","format":"date"},"code":{"$ref":"#/$defs/code"},
+      "name":{"type":"string","minLength":2,"maxLength":4},"list":{"$ref":"#/$defs/node"}}}}}])");
+  const std::string NS = "]<]minimax[>[";
+  auto el = [&](const std::string& k, const std::string& v) { return NS + "<" + k + ">" + v + NS + "</" + k + ">"; };
+  auto call = [&](const std::string& body) {
+    return NS + "<tool_call>\n" + NS + "<invoke name=\"f\">" + body + NS + "</invoke>\n" + NS + "</tool_call>";
+  };
+  GrammarProbe p(m3::structured::tool_call_grammar(tools, ""));
+  EXPECT_TRUE(p.full(call(el("day", "2026-12-06") + el("code", "ABC") + el("name", "Ann") +
+                          el("list", el("v", "1") + el("next", el("v", "2"))))));
+  EXPECT_FALSE(p.full(call(el("day", "2026-13-06"))));   // format date
+  EXPECT_FALSE(p.full(call(el("code", "ABCD"))));        // pattern, whole text
+  EXPECT_FALSE(p.full(call(el("code", "abc"))));
+  EXPECT_FALSE(p.full(call(el("name", "A"))));           // minLength
+  EXPECT_FALSE(p.full(call(el("name", "Annabel"))));     // maxLength
+  EXPECT_FALSE(p.full(call(el("list", el("v", "x")))));  // through the recursive $ref
+  // What stays refused names the keyword and where it is.
+  for (const char* bad : {R"({"type":"string","format":"hostname"})", R"({"$ref":"other.json#/x"})", R"({"$ref":"#/$defs/none"})",
+                          R"({"type":"string","pattern":"a","maxLength":3})", R"({"type":"string","minLength":5,"maxLength":2})"}) {
+    nlohmann::ordered_json t = tools;
+    t[0]["function"]["parameters"]["properties"]["x"] = nlohmann::ordered_json::parse(bad);
+    EXPECT_THROW(m3::structured::tool_call_grammar(t, ""), StructuredError) << bad;
+  }
+}
