@@ -1,6 +1,8 @@
 // Image URLs of chat content parts -> encoded bytes, and the --limit-mm-per-prompt flag.
 #include "server/image_inputs.h"
 
+#include <algorithm>
+
 #include <httplib.h>
 
 #include <chrono>
@@ -92,7 +94,8 @@ std::vector<uint8_t> from_data_url(const ImageInput& in, const MediaOptions& opt
                           meta.substr(0, 64) + "'",
                       "messages");
   if (meta.rfind(kind + "/", 0) != 0)
-    throw bad_request(in.where + ": the data URL's media type must be " + kind + "/..., got '" + meta.substr(0, 64) + "'",
+    throw bad_request(in.where + ": the data URL's media type must be " + kind + "/..., got '" +
+                          meta.substr(0, std::min<size_t>(64, meta.size() - 7)) + "'",
                       "messages");
   if ((u.size() - comma - 1) / 4 * 3 > opt.decode.max_bytes + 3)
     throw bad_request(in.where + ": the " + kind + " is " + std::to_string((u.size() - comma - 1) / 4 * 3) +
@@ -105,12 +108,31 @@ std::vector<uint8_t> from_data_url(const ImageInput& in, const MediaOptions& opt
   return out;
 }
 
+// A file URL's path as the file system names it: %XX escapes decoded (Python's Path.as_uri() writes
+// spaces and non-ASCII names that way); a '%' not followed by two hex digits stays as it is.
+std::string percent_decode(const std::string& s) {
+  auto hex = [](char c) {
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+  };
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '%' && i + 2 < s.size() && hex(s[i + 1]) >= 0 && hex(s[i + 2]) >= 0) {
+      out.push_back(char(hex(s[i + 1]) * 16 + hex(s[i + 2])));
+      i += 2;
+    } else {
+      out.push_back(s[i]);
+    }
+  }
+  return out;
+}
+
 std::vector<uint8_t> from_file_url(const ImageInput& in, const MediaOptions& opt) {
   if (opt.allowed_local_media_path.empty())
     throw bad_request(in.where + ": file:// URLs are refused unless the server runs with --allowed-local-media-path",
                       "messages");
-  std::string path = in.url.substr(7);
+  std::string path = percent_decode(in.url.substr(7));
   if (path.rfind("localhost/", 0) == 0) path = path.substr(9);
+  if (path.find('\0') != std::string::npos) throw bad_request(in.where + ": file:// URL with a NUL byte", "messages");
   std::error_code ec;
   const fs::path root = fs::weakly_canonical(opt.allowed_local_media_path, ec);
   const fs::path p = fs::weakly_canonical(fs::path(path), ec);
@@ -162,9 +184,15 @@ std::vector<uint8_t> from_http_url(const ImageInput& in, const MediaOptions& opt
     throw bad_request(in.where + ": fetching '" + u.substr(0, 128) + "' took longer than " +
                           std::to_string(opt.fetch_timeout_s) + " s",
                       "messages");
-  if (!res)
-    throw bad_request(in.where + ": cannot fetch '" + u.substr(0, 128) + "': " + httplib::to_string(res.error()),
-                      "messages");
+  if (!res) {
+    const httplib::Error e = res.error();
+    const std::string why = e == httplib::Error::Connection ? "could not connect (no such host, or nothing listening)"
+                            : e == httplib::Error::ExceedRedirectCount ? "too many redirects"
+                            : e == httplib::Error::SSLConnection || e == httplib::Error::SSLServerVerification
+                                ? "the TLS connection failed"
+                                : httplib::to_string(e);
+    throw bad_request(in.where + ": cannot fetch '" + u.substr(0, 128) + "': " + why, "messages");
+  }
   if (res->status != 200)
     throw bad_request(in.where + ": fetching '" + u.substr(0, 128) + "' answered HTTP " + std::to_string(res->status),
                       "messages");

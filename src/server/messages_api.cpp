@@ -127,7 +127,7 @@ void add_message(const ojson& m, const std::string& w, ojson& msgs, std::vector<
                       {"tool_call_id", required_string(b, "tool_use_id", bw)},
                       {"content", rc ? tool_result_content(*rc, bw + ".content", image_names) : ojson("")}});
     } else {
-      throw bad_request(bw + ": block type '" + type + "' is not supported in a " + role +
+      throw bad_request(bw + ": block type '" + type + "' is not supported in " + (role == "assistant" ? "an " : "a ") + role +
                             " message by this server (text and image in user messages, tool_use, tool_result, thinking)",
                         bw);
     }

@@ -100,8 +100,16 @@ ojson completion_logprobs_json(const Tokenizer& tok, const std::vector<TokenLogp
     const std::string t = token_text(tok, lp.token);
     tokens.push_back(t);
     tlp.push_back(std::max(lp.logprob, -9999.0f));
+    // OpenAI / vLLM: the sampled token is always in the dict (up to logprobs + 1 entries). Tokens whose
+    // text is the same (byte tokens of partial characters) share a key: the sampled token keeps its own
+    // value, else the best-ranked one does.
     ojson m = ojson::object();
-    for (auto& [id, v] : lp.top) m[token_text(tok, id)] = std::max(v, -9999.0f);
+    for (auto& [id, v] : lp.top) {
+      const std::string k = token_text(tok, id);
+      if ((k == t && id != lp.token) || m.contains(k)) continue;
+      m[k] = std::max(v, -9999.0f);
+    }
+    if (!m.contains(t)) m[t] = std::max(lp.logprob, -9999.0f);
     top.push_back(m);
     offs.push_back(text_offset);
     text_offset += t.size();

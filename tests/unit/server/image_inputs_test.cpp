@@ -81,6 +81,13 @@ TEST(ImageInputs, SchemesAndLocalFiles) {
   EXPECT_NE(refusal({at, "file://" + (dir / "in" / "none.png").string()}, opt).find("no such file"),
             std::string::npos);
   EXPECT_NE(refusal({at, "file://relative/a.png"}, opt).find("bad path"), std::string::npos);
+  // Percent-escapes are decoded (Path.as_uri() writes a space as %20, non-ASCII as UTF-8 %XX), also for
+  // the escape check: %2e%2e is "..".
+  std::ofstream(dir / "in" / "sp ace \xe5\x9b\xbe.bin", std::ios::binary) << "def";
+  const auto c = load_image_bytes({at, "file://" + (dir / "in").string() + "/sp%20ace%20%E5%9B%BE.bin"}, opt);
+  EXPECT_EQ(std::string(c.begin(), c.end()), "def");
+  EXPECT_NE(refusal({at, "file://" + (dir / "in").string() + "/%2e%2e/out.bin"}, opt).find("outside"), std::string::npos);
+  EXPECT_NE(refusal({at, "file://" + (dir / "in").string() + "/a%00.bin"}, opt).find("NUL"), std::string::npos);
   fs::remove_all(dir);
 }
 

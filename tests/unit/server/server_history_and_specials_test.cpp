@@ -392,3 +392,22 @@ TEST(RequestFields, ForcedToolGrammarTakesTheTagTokens) {
   for (int32_t t : ids) ASSERT_TRUE(m.advance(t)) << tiny_tok().token_string(t);
   EXPECT_TRUE(m.terminated());
 }
+
+// Completions logprobs (OpenAI / vLLM): the sampled token is always in its top_logprobs dict, with its own
+// value, even where its text collides with a better-ranked token's or logprobs is 0.
+TEST(RequestFields, CompletionTopLogprobsHoldTheSampledToken) {
+  const Tokenizer& tok = tiny_tok();
+  const int32_t a = tok.encode("Hello", false).at(0), b = tok.encode(" world", false).at(0);
+  std::vector<TokenLogprob> lps(2);
+  lps[0].token = b;
+  lps[0].logprob = -3.5f;
+  lps[0].top = {{a, -0.1f}};  // logprobs 1, the sampled token not among them
+  lps[1].token = a;
+  lps[1].logprob = -0.2f;     // logprobs 0
+  const ojson j = completion_logprobs_json(tok, lps, 0);
+  EXPECT_EQ(j["top_logprobs"][0].size(), 2u) << j.dump();
+  EXPECT_FLOAT_EQ(j["top_logprobs"][0][tok.decode({b})].get<float>(), -3.5f);
+  EXPECT_FLOAT_EQ(j["top_logprobs"][0][tok.decode({a})].get<float>(), -0.1f);
+  EXPECT_EQ(j["top_logprobs"][1].size(), 1u);
+  EXPECT_FLOAT_EQ(j["top_logprobs"][1][tok.decode({a})].get<float>(), -0.2f);
+}
