@@ -43,7 +43,14 @@ struct Opts {
 void run_single(Opts& o) {
   o.sp.max_tokens = o.max_tokens;
   o.sp.ignore_eos = o.ignore_eos_flag;
-  o.sp.validate();
+  try {
+    o.sp.validate();
+  } catch (const Error& e) {  // "top_p: must be in (0, 1]" -> "--top-p: ...": the flag it came from
+    std::string m = e.what();
+    for (size_t i = 0; i < m.size() && m[i] != ':'; ++i)
+      if (m[i] == '_') m[i] = '-';
+    throw Error("--" + m);
+  }
   std::vector<std::string> ignored;
   EngineConfig ec = o.engine.resolve(&ignored);
   print_not_applicable(ignored);

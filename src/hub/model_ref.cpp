@@ -153,6 +153,8 @@ ResolvedRef resolve_model_ref(const std::string& ref, const std::string& revisio
                   ") applies only to a Hugging Face Hub id");
     return {ref, "local directory"};
   }
+  if (fs::exists(ref, ec))
+    throw Error(what + " " + ref + " is a file: pass the checkpoint directory (with config.json) or a Hugging Face Hub id");
   if (looks_like_path(ref) || !is_repo_id(ref))
     throw Error(what + " " + ref + ": no such directory, and not a Hugging Face Hub id (ORG/NAME)");
   const std::string rev = revision.empty() ? "main" : revision;

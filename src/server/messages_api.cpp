@@ -198,7 +198,13 @@ ojson messages_to_chat(const ojson& body, bool count_only, std::vector<std::stri
       if (!b || !b->is_number_integer() || b->get<int64_t>() < 1)
         throw bad_request("'thinking.budget_tokens' must be a positive integer", "thinking.budget_tokens");
       // Enforced: at most that many thinking tokens, then the block is closed (thinking_token_budget).
-      if (!count_only) c["thinking_token_budget"] = *b;
+      // As the Messages API, the budget must leave room for the answer.
+      if (!count_only) {
+        const ojson* mt = get_field(body, "max_tokens");
+        if (mt && mt->is_number_integer() && b->get<int64_t>() >= mt->get<int64_t>())
+          throw bad_request("'thinking.budget_tokens' must be less than 'max_tokens'", "thinking.budget_tokens");
+        c["thinking_token_budget"] = *b;
+      }
     }
     c["chat_template_kwargs"] = {{"thinking_mode", type}};
   }

@@ -51,6 +51,8 @@ refused "generate --input with --temperature" '--input excludes --temperature' g
 refused "generate --prompt with --output" '--prompt excludes --output' generate --model "$M" --prompt hi \
   --output "$TMP/o.jsonl"
 refused "generate --seed -1" '--seed: must be 0 or more, got -1' generate --model "$M" --prompt hi --seed -1
+refused "generate --temperature -1" '--temperature: must be in \[0, 100\]' generate --model "$M" --prompt hi --temperature -1
+refused "a file as the model" 'config.json is a file: pass the checkpoint directory' generate --model "$M/config.json" --prompt hi
 refused "unknown option" 'unknown option: --dtype (with bfloat16); see .m3serve serve --help.' serve "$M" --dtype bfloat16
 refused "bench serve --num-prompts -5" '--num-prompts: must be positive, got -5' bench serve --num-prompts -5
 refused "no subcommand" 'a subcommand is required'

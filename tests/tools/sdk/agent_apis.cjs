@@ -149,7 +149,7 @@ async function responses() {
 }
 
 async function messages() {
-  const req = { model: 'demo', system: SYSTEM, max_tokens: 200, temperature: 0, tools: anTools, thinking: { type: 'enabled', budget_tokens: 1024 }, messages: [{ role: 'user', content: QUESTION }] };
+  const req = { model: 'demo', system: SYSTEM, max_tokens: 200, temperature: 0, tools: anTools, thinking: { type: 'enabled', budget_tokens: 100 }, messages: [{ role: 'user', content: QUESTION }] };
   const m = await anthropic.messages.create(req);
   log('messages: content types', m.content.map((b) => b.type).join(','), 'stop', m.stop_reason, 'usage', JSON.stringify(m.usage));
   assert.equal(m.type, 'message');

@@ -123,7 +123,7 @@ TEST(AgentApis, MessagesRequestToChat) {
   const ojson body = ojson::parse(R"({
     "model": "demo", "max_tokens": 64, "stop_sequences": ["END"], "temperature": 0.5, "top_k": 5,
     "system": [{"type": "text", "text": "Be brief."}, {"type": "text", "text": "Use tools."}],
-    "thinking": {"type": "enabled", "budget_tokens": 1024}, "metadata": {"user_id": "u"},
+    "thinking": {"type": "enabled", "budget_tokens": 32}, "metadata": {"user_id": "u"},
     "tools": [{"name": "get_weather", "description": "Weather.", "input_schema": {"type": "object"}}],
     "tool_choice": {"type": "any", "disable_parallel_tool_use": true},
     "messages": [
@@ -144,7 +144,7 @@ TEST(AgentApis, MessagesRequestToChat) {
       {"role": "user", "content": "And tomorrow?"}],
     "max_tokens": 64, "temperature": 0.5, "top_k": 5, "stop": ["END"],
     "tools": [{"type": "function", "function": {"name": "get_weather", "description": "Weather.", "parameters": {"type": "object"}}}],
-    "tool_choice": "required", "parallel_tool_calls": false, "thinking_token_budget": 1024,
+    "tool_choice": "required", "parallel_tool_calls": false, "thinking_token_budget": 32,
     "chat_template_kwargs": {"thinking_mode": "enabled"}})"))
       << messages_to_chat(body).dump(1);
   // count_tokens: no max_tokens needed, no sampling fields.

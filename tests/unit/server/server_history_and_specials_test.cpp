@@ -370,6 +370,11 @@ TEST(RequestFields, ThinkingTokenBudgetBecomesAConstraint) {
                                    false, nullptr);
   EXPECT_EQ(c["thinking_token_budget"], 7);
   EXPECT_EQ(c["chat_template_kwargs"]["thinking_mode"], "enabled");
+  // As the Messages API: the budget must leave room for the answer.
+  EXPECT_THROW(messages_to_chat(ojson::parse(R"({"max_tokens":7,"messages":[{"role":"user","content":"hi"}],
+    "thinking":{"type":"enabled","budget_tokens":7}})"),
+                                false, nullptr),
+               ApiError);
 }
 
 // tool_choice required with the M3 tokenizer: the block's own tags are special tokens the grammar lets the
