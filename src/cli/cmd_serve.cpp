@@ -64,7 +64,10 @@ struct ServeOpts {
   double gpu_mem = 0;
   bool enable_dbo = false, disable_hybrid = false, expert_parallel = false, numa_bind = false, enforce_eager = false,
        dp_hybrid_lb = false, kv_cache_metrics = false, trust_remote_code = false, log_requests = false,
-       no_log_requests = false, language_model_only = false;
+       no_log_requests = false, language_model_only = false, disable_log_requests = false, disable_log_stats = false,
+       chunked_prefill = false, no_chunked_prefill = false;
+  std::string dtype = "auto";
+  std::optional<uint64_t> seed;
   double mm_processor_cache_gb = 4.0;
   std::string allowed_local_media_path;
 };
@@ -131,6 +134,13 @@ void run_serve(ServeOpts& o, CLI::App* sub) {
   if (o.tp > 1) na.push_back("--tensor-parallel-size " + std::to_string(o.tp));
   if (o.dp > 1) na.push_back("--data-parallel-size " + std::to_string(o.dp));
   EngineConfig ec = o.engine.resolve(&na);
+  if (o.no_chunked_prefill)
+    throw Error("--no-enable-chunked-prefill: chunked prefill is always on here (bound a step with "
+                "--max-num-batched-tokens or --long-prefill-token-threshold instead)");
+  if (o.dtype != "auto")
+    throw Error("--dtype " + o.dtype + ": each tensor is computed in the format the checkpoint stores it (BF16 / "
+                "MXFP8 / NVFP4, fp32 accumulation); only --dtype auto is accepted");
+  ec.seed = o.seed;
   const store::KvTransferConfig ktc = store::KvTransferConfig::parse(o.kv_transfer_config);
   ec.kv_load_failure_policy = ktc.load_failure_policy;
   if (ktc.cpu_offload) {
@@ -161,8 +171,9 @@ void run_serve(ServeOpts& o, CLI::App* sub) {
     if (const char* k = std::getenv("VLLM_API_KEY")) o.api_key = k;
 
   server::ServerContext ctx;
-  if (o.log_requests && o.no_log_requests)
-    throw Error("--enable-log-requests and --no-enable-log-requests contradict each other");
+  if (o.log_requests && (o.no_log_requests || o.disable_log_requests))
+    throw Error(std::string("--enable-log-requests and ") +
+                (o.no_log_requests ? "--no-enable-log-requests" : "--disable-log-requests") + " contradict each other");
   ctx.log_requests = o.log_requests;
   if (!o.reasoning_parser.empty()) ctx.reasoning = chat::reasoning_format_from_name(o.reasoning_parser);
   if (!o.tool_call_parser.empty()) ctx.tool = chat::tool_format_from_name(o.tool_call_parser);
@@ -506,6 +517,18 @@ void register_serve(CLI::App& app) {
                 "Log each request as it arrives: its id, prompt tokens, sampling parameters and the start of "
                 "its prompt (stderr)");
   sub->add_flag("--no-enable-log-requests", o->no_log_requests, "Do not log requests (the default)");
+  // vLLM flags that ask for what this server does anyway, and two whose other values it refuses by name.
+  sub->add_flag("--disable-log-requests", o->disable_log_requests, "Do not log requests (the default; vLLM's older flag)");
+  sub->add_flag("--disable-log-stats", o->disable_log_stats,
+                "No periodic stats lines in the log (the default here: the figures are in /metrics)");
+  sub->add_flag("--enable-chunked-prefill", o->chunked_prefill, "Chunked prefill (always on)");
+  sub->add_flag("--no-enable-chunked-prefill", o->no_chunked_prefill, "Refused: chunked prefill is always on here");
+  sub->add_option("--dtype", o->dtype,
+                  "auto only: each tensor is computed in the format the checkpoint stores it (other values are refused)");
+  sub->add_option("--seed", o->seed,
+                  "Seed of the seeds drawn for requests that give none (vLLM's global seed: the same requests in the "
+                  "same order sample the same text); default: random seeds")
+      ->check(non_negative_number());
   sub->callback([o, sub] { run_serve(*o, sub); });
 }
 

@@ -1,9 +1,11 @@
 // m3serve entry point: dispatches to the subcommands and turns errors into one clear message
 // plus a non-zero exit code.
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <string>
 #include <utility>
@@ -26,6 +28,10 @@ int main(int argc, char** argv) {
     ::setenv("GOMP_SPINCOUNT", "2000", 1);
     ::execv("/proc/self/exe", argv);  // only returns on failure: carry on with the default policy
   }
+  // The restart above runs /proc/self/exe, which names the process "exe" (ps, pgrep -x, killall): give it
+  // its own name back.
+  if (const char* base = std::strrchr(argv[0], '/')) ::prctl(PR_SET_NAME, base + 1, 0, 0, 0);
+  else ::prctl(PR_SET_NAME, argv[0], 0, 0, 0);
   CLI::App app{"m3serve: inference engine and OpenAI-compatible server for MiniMax-M3 / M3.1"};
   app.require_subcommand(0, 1);
   app.set_version_flag("--version", m3::kVersion);

@@ -15,6 +15,7 @@
 namespace m3 {
 
 Engine::Engine(Model& model, const Tokenizer* tok, const EngineConfig& cfg) : model_(model), tok_(tok), cfg_(cfg) {
+  if (cfg_.seed) seed_rng_.seed(*cfg_.seed);
   const ModelConfig& mc = model.config();
   if (mc.any_sparse()) {
     if (cfg.block_size != 0 && cfg.block_size != mc.block_size)
@@ -425,7 +426,8 @@ void Engine::add_request(const std::string& id, std::vector<int32_t> prompt, con
   s->prompt = std::move(prompt);
   s->mm = std::move(mm);
   s->params = params;
-  if (!s->params.has_seed) s->params.seed = std::random_device{}() ^ (uint64_t(std::random_device{}()) << 32);
+  if (!s->params.has_seed)
+    s->params.seed = cfg_.seed ? seed_rng_() : std::random_device{}() ^ (uint64_t(std::random_device{}()) << 32);
   s->sampler = Sampler(s->params);
   if (s->params.constraint) {  // structured output: a matcher of its own (the spec is shared)
     if (s->params.constraint->vocab->size() != V) throw Error("structured output: the constraint was built for another vocabulary size");

@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -68,6 +69,10 @@ struct EngineConfig {
   // A tier page that fails to load (unreadable, cut off, not verifying): "recompute" the block, or
   // "fail" the request with an error (vLLM's kv_load_failure_policy).
   std::string kv_load_failure_policy = "recompute";
+  // serve --seed: requests without a seed of their own draw theirs from a generator with this seed, in
+  // arrival order, so a rerun of the same requests samples the same text (vLLM's global seed). Unset:
+  // each such request gets a random seed.
+  std::optional<uint64_t> seed;
 };
 
 struct RequestOutput {
@@ -230,6 +235,7 @@ class Engine {
   Model& model_;
   const Tokenizer* tok_;
   EngineConfig cfg_;
+  std::mt19937_64 seed_rng_;  // cfg_.seed's generator of request seeds
   int block_size_ = 128;
   int64_t pool_pages_ = 0;
   int64_t max_model_len_ = 0;

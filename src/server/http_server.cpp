@@ -763,7 +763,9 @@ class Conn : public std::enable_shared_from_this<Conn> {
     if (srv_.draining.load()) return reply(error(503, "the server is shutting down"), true);
     std::string path(req.target());
     if (auto q = path.find('?'); q != std::string::npos) path.resize(q);
-    const bool get = req.method() == http::verb::get, post = req.method() == http::verb::post;
+    // HEAD: a GET route's answer without its body (load balancers and uptime checks probe with it).
+    head_ = req.method() == http::verb::head;
+    const bool get = req.method() == http::verb::get || head_, post = req.method() == http::verb::post;
     anthropic_ = path.rfind("/v1/messages", 0) == 0;
     const bool protected_path = path.rfind("/v1", 0) == 0 || path == "/tokenize" || path == "/detokenize";
     // The key as OpenAI clients send it, or as Anthropic's do (x-api-key).
@@ -832,6 +834,12 @@ class Conn : public std::enable_shared_from_this<Conn> {
   void reply(Response r, bool close_after) {
     if (close_after) r.keep_alive(false);
     add_cors(r);
+    if (head_) {  // the headers of the GET answer, Content-Length included, and no body
+      const std::string len = std::to_string(r.body().size());
+      r.body().clear();
+      r.set(http::field::content_length, len);
+      head_ = false;
+    }
     auto sp = std::make_shared<Response>(std::move(r));
     stream_.expires_after(ms(opt_.write_timeout_s));
     http::async_write(stream_, *sp, [self = shared_from_this(), sp](beast::error_code ec, size_t) {
@@ -1143,6 +1151,7 @@ class Conn : public std::enable_shared_from_this<Conn> {
   std::optional<http::request_parser<http::string_body>> parser_;
   unsigned version_ = 11;
   bool keep_alive_ = true, first_ = true, counted_ = false;
+  bool head_ = false;  // the request being answered is a HEAD
   HeaderList cors_;  // the current request's CORS response headers
   bool anthropic_ = false;  // the current request is /v1/messages*: errors in Anthropic's shape
 
@@ -1214,7 +1223,8 @@ void run_http_server(Engine& engine, const ServerContext& ctx, const HttpOptions
   if (!ec) acc.listen(1024, ec);
   if (ec) throw Error("cannot listen on " + where + ": " + ec.message());
   const int port = acc.local_endpoint().port();
-  std::fprintf(stderr, "[m3serve] listening on http://%s:%d\n", opt.host.c_str(), port);
+  const bool v6 = opt.host.find(':') != std::string::npos;  // an IPv6 literal goes in brackets in a URL
+  std::fprintf(stderr, "[m3serve] listening on http://%s%s%s:%d\n", v6 ? "[" : "", opt.host.c_str(), v6 ? "]" : "", port);
   std::fflush(stderr);
 
   // SIGTERM / SIGINT (blocked in every thread by the serve command) are taken by this thread: the

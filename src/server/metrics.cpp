@@ -60,8 +60,24 @@ void Metrics::request_finished(double e2e_s, int64_t prompt_tokens, int64_t gene
   ++success_[reason];
 }
 
+namespace {
+// A Prometheus label value: backslash, double quote and newline escaped (one bad line fails a whole scrape).
+std::string label_value(const std::string& v) {
+  std::string out;
+  for (char c : v) {
+    if (c == '\\' || c == '"') out += '\\';
+    if (c == '\n') {
+      out += "\\n";
+      continue;
+    }
+    out += c;
+  }
+  return out;
+}
+}  // namespace
+
 std::string Metrics::render(const std::string& model_name, const EngineStats& st) const {
-  const std::string L = "model_name=\"" + model_name + "\",engine=\"0\"";
+  const std::string L = "model_name=\"" + label_value(model_name) + "\",engine=\"0\"";
   std::string o;
   auto gauge = [&](const char* name, const std::string& help, double v) {
     o += fmt::format("# HELP vllm:{} {}\n# TYPE vllm:{} gauge\nvllm:{}{{{}}} {}\n", name, help, name, name, L, v);

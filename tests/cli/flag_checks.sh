@@ -9,7 +9,9 @@
 # - an unknown option is named as such (CLI11 lists extras backwards); --version prints the version;
 # - config.json: max_position_embeddings 0, an eos_token_id past the vocabulary;
 # - bench serve against a port nobody listens on says it could not connect;
-# - --enable-log-requests logs each request as it arrives.
+# - --enable-log-requests logs each request as it arrives; vLLM's --dtype auto, --disable-log-stats,
+#   --enable-chunked-prefill are accepted (other values refused); --seed seeds requests without one;
+#   /metrics escapes label values; HEAD works on GET routes; the process keeps its name.
 # Usage: flag_checks.sh <m3serve> <tests/data> <tmpdir>
 set -euo pipefail
 BIN=$1
@@ -53,7 +55,7 @@ refused "generate --prompt with --output" '--prompt excludes --output' generate 
 refused "generate --seed -1" '--seed: must be 0 or more, got -1' generate --model "$M" --prompt hi --seed -1
 refused "generate --temperature -1" '--temperature: must be in \[0, 100\]' generate --model "$M" --prompt hi --temperature -1
 refused "a file as the model" 'config.json is a file: pass the checkpoint directory' generate --model "$M/config.json" --prompt hi
-refused "unknown option" 'unknown option: --dtype (with bfloat16); see .m3serve serve --help.' serve "$M" --dtype bfloat16
+refused "unknown option" 'unknown option: --swap-space (with 4); see .m3serve serve --help.' serve "$M" --swap-space 4
 refused "bench serve --num-prompts -5" '--num-prompts: must be positive, got -5' bench serve --num-prompts -5
 refused "no subcommand" 'a subcommand is required'
 [ "$("$BIN" --version)" = "$("$BIN" --version | grep -E '^[0-9]+\.[0-9]+\.[0-9]+$')" ] || fail "--version: $("$BIN" --version)"
@@ -104,15 +106,43 @@ FREE=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0));
 refused "bench serve, no server" 'could not connect' bench serve --base-url "http://127.0.0.1:$FREE" --model x \
   --num-prompts 1 --no-progress
 
-# --enable-log-requests: one line per request, with its id and parameters.
-"$BIN" serve "$M" --host 127.0.0.1 --port 0 --kv-cache-memory 0.01 --enable-log-requests >"$TMP/server.log" 2>&1 &
-PID=$!
-trap 'kill -9 $PID 2>/dev/null || true' EXIT
-wait_server_health "$TMP/server.log" $PID
+# vLLM flags with no other meaning here are accepted; their other values are refused by name.
+refused "--dtype float16" '--dtype float16: each tensor is computed in the format the checkpoint stores it' \
+  serve "$M" --port 0 --dtype float16
+refused "--no-enable-chunked-prefill" '--no-enable-chunked-prefill: chunked prefill is always on' serve "$M" --port 0 \
+  --no-enable-chunked-prefill
+refused "log requests both ways" 'contradict each other' serve "$M" --port 0 --enable-log-requests --disable-log-requests
+
+# A served server: --enable-log-requests logs one line per request; the model name is escaped in /metrics'
+# labels; HEAD answers a GET route's headers; the process keeps its name; --seed makes requests without
+# a seed sample the same text in a rerun.
+start() {
+  "$BIN" serve "$M" --host 127.0.0.1 --port 0 --kv-cache-memory 0.01 --enable-log-requests --seed 11 \
+    --served-model-name 'team\x "v2"' --disable-log-stats --enable-chunked-prefill --dtype auto >"$TMP/server.log" 2>&1 &
+  PID=$!
+  trap 'kill -9 $PID 2>/dev/null || true' EXIT
+  wait_server_health "$TMP/server.log" $PID
+}
+sampled() {
+  curl -s "$U/v1/completions" -H 'Content-Type: application/json' -d '{"prompt":"Once","max_tokens":12,"temperature":1}' |
+    python3 -c 'import json,sys; print(json.load(sys.stdin)["choices"][0]["text"])'
+}
+start
+FIRST=$(sampled)
 curl -s "$U/v1/completions" -H 'Content-Type: application/json' \
   -d '{"prompt":"Hello there","max_tokens":2,"temperature":0,"seed":5}' >/dev/null
 grep -q 'request cmpl-[0-9a-f]*: completion, 1 prompt(s) of [0-9]* tokens, n 1, max_tokens 2, temperature 0,.*seed 5.*prompt "Hello there"' \
   "$TMP/server.log" || fail "request not logged: $(grep -v weights "$TMP/server.log" | tail -3)"
+curl -s "$U/metrics" | grep -qF 'vllm:num_requests_running{model_name="team\\x \"v2\"",engine="0"}' ||
+  fail "model name not escaped in /metrics: $(curl -s "$U/metrics" | grep -m1 num_requests_running)"
+H=$(curl -sI "$U/health" -w '%{http_code}' -o "$TMP/head.txt")
+[ "$H" = 200 ] || fail "HEAD /health: $H"
+curl -sI "$U/metrics" | grep -qi '^content-length: [1-9]' || fail "HEAD /metrics: $(curl -sI "$U/metrics")"
+[ "$(cat /proc/$PID/comm)" = m3serve ] || fail "process name $(cat /proc/$PID/comm)"
+kill -TERM $PID
+wait $PID || fail "server exit status $?"
+start
+[ "$(sampled)" = "$FIRST" ] || fail "--seed 11: the first sampled request differs between two runs"
 kill -TERM $PID
 wait $PID || fail "server exit status $?"
 echo "flag_checks: every impossible value refused by name"
