@@ -251,6 +251,15 @@ BackendChoice choose_backend(const ServeBenchOptions& o) {
 
 double prom_value_after(const Endpoint& ep, const std::string& name) { return prometheus_sum(ep.get_text("/metrics"), name); }
 
+// The instance_id of m3serve:instance_info in the server's /metrics (empty for servers without it).
+std::string server_instance(const Endpoint& ep) {
+  const std::string text = ep.get_text("/metrics"), key = "instance_id=\"";
+  const size_t at = text.find("m3serve:instance_info{");
+  if (at == std::string::npos) return {};
+  const size_t id = text.find(key, at), end = id == std::string::npos ? id : text.find('"', id + key.size());
+  return end == std::string::npos ? std::string() : text.substr(id + key.size(), end - id - key.size());
+}
+
 // The server's speculative-decoding counters (vLLM names), summed over label sets; drafts < 0
 // when the server exposes none.
 struct SpecCounters {
@@ -335,6 +344,7 @@ nlohmann::ordered_json run_serve_bench(const ServeBenchOptions& o) {
   std::mutex mu;
   Limiter limiter(o.max_concurrency);
   double hits0 = -1, queries0 = -1;
+  std::string instance0;  // m3serve:instance_info at the first read
   const SpecCounters spec0 = read_spec_counters(ep);
   Clock::time_point t0;
   std::vector<double> e2e_per_token;  // agentic: E2EL_i / OSL_i
@@ -384,6 +394,7 @@ nlohmann::ordered_json run_serve_bench(const ServeBenchOptions& o) {
   } else {
     // Agentic: each session is one user running its turns in order; the prompt of turn n+1 is the
     // whole conversation so far (context, replies, tool results), so it extends turn n's prompt.
+    instance0 = server_instance(ep);
     hits0 = prom_value_after(ep, "vllm:prefix_cache_hits_total");
     queries0 = prom_value_after(ep, "vllm:prefix_cache_queries_total");
     const int64_t total = o.num_sessions * o.turns;
@@ -451,7 +462,10 @@ nlohmann::ordered_json run_serve_bench(const ServeBenchOptions& o) {
     const double hits1 = prom_value_after(ep, "vllm:prefix_cache_hits_total");
     const double queries1 = prom_value_after(ep, "vllm:prefix_cache_queries_total");
     const double dq = queries1 - queries0, dh = hits1 - hits0;
-    const bool have = hits0 >= 0 && queries0 >= 0 && hits1 >= 0 && queries1 >= 0 && dq > 0;
+    // Behind a load balancer the reads before and after may come from different instances (m3serve
+    // names itself in m3serve:instance_info): their difference would mean nothing.
+    const bool same_instance = instance0 == server_instance(ep);
+    const bool have = same_instance && hits0 >= 0 && queries0 >= 0 && hits1 >= 0 && queries1 >= 0 && dq > 0;
     for (const auto& t : traces)
       if (t.success && t.output_tokens > 0) e2e_per_token.push_back(t.latency / double(t.output_tokens));
     const double p90_norm = percentile(e2e_per_token, 90);
@@ -473,6 +487,9 @@ nlohmann::ordered_json run_serve_bench(const ServeBenchOptions& o) {
                           result["e2e_normalized_interactivity"].get<double>());
     report += fmt::format("{:<40}{:>10}\n", "Prefix cache hit rate:",
                           have ? fmt::format("{:.1f}%", 100.0 * dh / dq) : std::string("n/a"));
+    if (!same_instance)
+      report += "(the /metrics reads before and after the run came from different server instances, as behind a\n"
+                " load balancer: read each instance's vllm:prefix_cache_* counters for the hit rate)\n";
   }
   const SpecCounters spec1 = read_spec_counters(ep);
   if (spec0.drafts >= 0 && spec1.drafts > spec0.drafts) {

@@ -1,6 +1,8 @@
 // Prometheus metrics rendering (see metrics.h); bucket bounds follow vLLM's.
 #include "server/metrics.h"
 
+#include <random>
+
 #include <vector>
 
 #include <fmt/format.h>
@@ -33,7 +35,10 @@ Metrics::Metrics()
       req_prompt_({1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000, 50000, 100000, 200000,
                    500000, 1000000}),
       req_gen_({1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000, 50000, 100000, 200000, 500000,
-                1000000}) {}
+                1000000}) {
+  std::random_device rd;
+  instance_id_ = fmt::format("{:08x}{:08x}", rd(), rd());
+}
 
 void Metrics::observe_ttft(double s) {
   std::lock_guard lk(mu_);
@@ -181,6 +186,11 @@ std::string Metrics::render(const std::string& model_name, const EngineStats& st
   e2e_.render(o, "vllm:e2e_request_latency_seconds", L);
   req_prompt_.render(o, "vllm:request_prompt_tokens", L);
   req_gen_.render(o, "vllm:request_generation_tokens", L);
+  // Which server process answered: a client reading counters twice (bench serve's deltas) can tell when a
+  // load balancer sent the two reads to different instances.
+  o += "# HELP m3serve:instance_info This server process (a random id drawn at start).\n"
+       "# TYPE m3serve:instance_info gauge\n";
+  o += fmt::format("m3serve:instance_info{{{},instance_id=\"{}\"}} 1\n", L, instance_id_);
   return o;
 }
 

@@ -41,6 +41,7 @@ class Metrics {
   Histogram ttft_, itl_, e2e_, req_prompt_, req_gen_;
   int64_t prompt_tokens_ = 0, generation_tokens_ = 0;
   std::map<std::string, int64_t> success_;
+  std::string instance_id_;  // m3serve:instance_info
 };
 
 }  // namespace m3::server

@@ -71,6 +71,18 @@ run() {
   fi
   python3 "$ROOT/tests/tools/agentic_sessions.py" "http://127.0.0.1:$base" "${urls[@]}" "${args[@]}" \
     >"$TMP/$name.json" || fail "$name: workload failed"
+  if [ "$name" = roundrobin ]; then
+    # bench serve through the balancer: its /metrics reads may reach different instances, which it must
+    # notice (m3serve:instance_info) rather than report a hit rate from two instances' counters.
+    "$BIN" bench serve --base-url "http://127.0.0.1:$base" --dataset-name agentic --num-sessions 2 --turns 2 \
+      --random-input-len 64 --tool-result-len 16 --random-output-len 4 --no-progress >"$TMP/$name/bench.out" 2>&1 ||
+      fail "$name: bench serve: $(tail -3 "$TMP/$name/bench.out")"
+    if ! grep -q "came from different server instances" "$TMP/$name/bench.out"; then
+      rate=$(sed -n 's/^Prefix cache hit rate: *\([0-9.]*\)%.*/\1/p' "$TMP/$name/bench.out")
+      [ -n "$rate" ] && python3 -c "import sys; sys.exit(0 if float('$rate') <= 100 else 1)" ||
+        fail "$name: bench serve hit rate '$rate' through the balancer: $(grep -i prefix "$TMP/$name/bench.out")"
+    fi
+  fi
   cleanup
 }
 

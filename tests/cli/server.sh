@@ -231,7 +231,7 @@ curl -s "$U/metrics" >"$TMP/metrics.txt"
 for m in vllm:num_requests_running vllm:num_requests_waiting vllm:kv_cache_usage_perc vllm:prefix_cache_queries_total \
   vllm:prefix_cache_hits_total vllm:prompt_tokens_total vllm:generation_tokens_total \
   vllm:time_to_first_token_seconds_bucket vllm:inter_token_latency_seconds_bucket vllm:e2e_request_latency_seconds_bucket \
-  vllm:request_success_total m3serve:step_latency_tail_steps_total m3serve:step_latency_tail_held_total; do
+  vllm:request_success_total m3serve:step_latency_tail_steps_total m3serve:step_latency_tail_held_total m3serve:instance_info; do
   grep -q "^$m{" "$TMP/metrics.txt" || fail "metric $m missing"
 done
 
