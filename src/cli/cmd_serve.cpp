@@ -191,6 +191,7 @@ void run_serve(ServeOpts& o, CLI::App* sub) {
   }
 
   const ModelOptions model_options = o.engine.model.options();  // flag errors before a download
+  server::check_listen_address(o.host, o.port);  // a busy port before the model loads, not after
   const ModelDirs dirs = resolve_model_dirs(o.engine.model.ref, ref);
   const std::string& dir = dirs.model;
   Model model(dir, model_options);

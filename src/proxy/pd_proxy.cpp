@@ -244,8 +244,24 @@ void run_proxy(const ProxyOptions& opt) {
   svr.Post("/v1/completions", [&](const httplib::Request& q, httplib::Response& r) { px.handle(q, r, "/v1/completions"); });
   svr.Post("/v1/chat/completions",
            [&](const httplib::Request& q, httplib::Response& r) { px.handle(q, r, "/v1/chat/completions"); });
+  // Ready when at least one prefill and one decode engine answer their own /health (1 s each): a probe
+  // must not keep sending traffic to a proxy that can only answer 502.
   svr.Get("/health", [&](const httplib::Request&, httplib::Response& r) {
-    json j = {{"status", "ok"}, {"prefill_instances", px.prefill.size()}, {"decode_instances", px.decode.size()}};
+    auto up = [](const EngineUrl& u) {
+      httplib::Client c(u.host, u.port);
+      c.set_connection_timeout(1, 0);
+      c.set_read_timeout(1, 0);
+      auto a = c.Get("/health");
+      return bool(a) && a->status == 200;
+    };
+    size_t p_up = 0, d_up = 0;
+    for (const auto& u : px.prefill) p_up += up(u);
+    for (const auto& u : px.decode) d_up += up(u);
+    const bool ok = p_up > 0 && d_up > 0;
+    json j = {{"status", ok ? "ok" : "unavailable"},
+              {"prefill_instances", px.prefill.size()}, {"prefill_up", p_up},
+              {"decode_instances", px.decode.size()}, {"decode_up", d_up}};
+    r.status = ok ? 200 : 503;
     r.set_content(j.dump(), "application/json");
   });
   svr.Get("/v1/models", [&](const httplib::Request& q, httplib::Response& r) {

@@ -24,6 +24,7 @@
 #include "server/http_server.h"
 
 #include <pthread.h>
+#include <sys/socket.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -34,6 +35,7 @@
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <cerrno>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -932,6 +934,14 @@ class Conn : public std::enable_shared_from_this<Conn> {
     return !failed_;
   }
 
+  // Whether the client closed (or reset) the connection: a peek that reads nothing and takes nothing (a
+  // pipelined next request stays for the reader).
+  bool client_gone() {
+    char b;
+    const ssize_t n = ::recv(stream_.socket().native_handle(), &b, 1, MSG_PEEK | MSG_DONTWAIT);
+    return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+  }
+
   bool write_full(Response r) {
     add_cors(r);
     if (srv_.draining.load()) r.keep_alive(false);
@@ -1095,44 +1105,22 @@ class Conn : public std::enable_shared_from_this<Conn> {
       if (c->remaining > 0) ae.abort(c->ids);  // client gone before the end: free its pages
     };
     if (!c->pr.stream) {
-      // A non-streaming request first gets kDirectWait to finish and is answered with a length. A
-      // longer one switches to a chunked body that starts with whitespace heartbeats (JSON allows
-      // leading whitespace): a write to a client that went away fails, and the request is aborted and
-      // its pages freed. The status is then already 200, so a later engine failure sends the error
-      // JSON as the body.
-      constexpr std::chrono::milliseconds kDirectWait{1000}, kHeartbeat{250};
-      bool done = false;
+      // A non-streaming request is answered once its result is known, with that result's status (an
+      // engine failure is a 4xx/5xx, so a proxy can retry it elsewhere). While it runs, the connection is
+      // peeked every 250 ms: a client that went away (EOF or reset; vLLM treats a half-close the same) is
+      // noticed and the request aborted, its pages freed.
+      constexpr std::chrono::milliseconds kPoll{250};
       try {
-        done = collect_for(*c, kDirectWait);
+        while (!collect_for(*c, kPoll))
+          if (client_gone()) return abort();
       } catch (...) {
         ae.abort(c->ids);
         throw;
       }
-      auto body = [&] {
-        if (c->api) return dump(c->api->full(*c->choices[0], usage_of(*c)));
-        return dump(c->pr.chat ? chat_response(*c, srv_.ctx) : completion_response(*c, srv_.ctx));
-      };
-      if (done) {
-        write_full(make_response(200, body(), "application/json", version_, keep_alive_));
-        return;
-      }
-      if (!write_stream_head("application/json", false)) return abort();
-      for (;;) {
-        std::string out;
-        try {
-          if (collect_for(*c, kHeartbeat)) out = body();
-        } catch (const ApiError& e) {
-          out = dump(error_json(e.status, e.what()));
-          abort();  // the other choices of a failed request stop too
-          c->remaining = 0;
-        }
-        if (out.empty()) {
-          if (!write_chunk(" ")) return abort();  // heartbeat: fails once the client is gone
-          continue;
-        }
-        if (write_chunk(out)) write_stream_end();
-        return;
-      }
+      const std::string body = c->api ? dump(c->api->full(*c->choices[0], usage_of(*c)))
+                                      : dump(c->pr.chat ? chat_response(*c, srv_.ctx) : completion_response(*c, srv_.ctx));
+      write_full(make_response(200, body, "application/json", version_, keep_alive_));
+      return;
     }
     const int interval = std::max(1, opt_.stream_interval);
     if (!write_stream_head("text/event-stream", true)) return abort();
@@ -1185,6 +1173,31 @@ void accept_next(Server& srv, tcp::acceptor& acc) {
 
 }  // namespace
 
+namespace {
+// Binds (and with `listen`, listens on) host:port. SO_REUSEADDR only: a restart may bind over TIME_WAIT;
+// no SO_REUSEPORT, so a second server cannot share the port and a busy port is an error here.
+void bind_listener(tcp::acceptor& acc, net::io_context& ioc, const std::string& host, int port, bool listen) {
+  const std::string where = host + ":" + std::to_string(port);
+  beast::error_code ec;
+  tcp::resolver resolver(ioc);
+  auto eps = resolver.resolve(host, std::to_string(port), tcp::resolver::passive | tcp::resolver::numeric_service, ec);
+  if (ec || eps.empty()) throw Error("cannot listen on " + where + ": " + (ec ? ec.message() : "no address"));
+  const tcp::endpoint ep = eps.begin()->endpoint();
+  acc.open(ep.protocol(), ec);
+  if (!ec) acc.set_option(net::socket_base::reuse_address(true), ec);
+  if (!ec) acc.bind(ep, ec);
+  if (!ec && listen) acc.listen(1024, ec);
+  if (ec) throw Error("cannot listen on " + where + ": " + ec.message());
+}
+}  // namespace
+
+void check_listen_address(const std::string& host, int port) {
+  if (port == 0) return;
+  net::io_context ioc;
+  tcp::acceptor acc(ioc);
+  bind_listener(acc, ioc, host, port, false);
+}
+
 void run_http_server(Engine& engine, const ServerContext& ctx, const HttpOptions& options) {
   HttpOptions opt = options;
   // Each connection holds a descriptor: raise the soft limit toward the hard one, and keep the cap under
@@ -1208,20 +1221,8 @@ void run_http_server(Engine& engine, const ServerContext& ctx, const HttpOptions
   AsyncEngine ae(engine, metrics, opt.max_waiting);
   Server srv(ae, metrics, ctx, opt);
 
-  // Listen: SO_REUSEADDR only (a restart may bind over TIME_WAIT; no SO_REUSEPORT, so a second server
-  // cannot share the port and a busy port is an error here).
   tcp::acceptor acc(net::make_strand(srv.ioc));
-  const std::string where = opt.host + ":" + std::to_string(opt.port);
-  beast::error_code ec;
-  tcp::resolver resolver(srv.ioc);
-  auto eps = resolver.resolve(opt.host, std::to_string(opt.port), tcp::resolver::passive | tcp::resolver::numeric_service, ec);
-  if (ec || eps.empty()) throw Error("cannot listen on " + where + ": " + (ec ? ec.message() : "no address"));
-  const tcp::endpoint ep = eps.begin()->endpoint();
-  acc.open(ep.protocol(), ec);
-  if (!ec) acc.set_option(net::socket_base::reuse_address(true), ec);
-  if (!ec) acc.bind(ep, ec);
-  if (!ec) acc.listen(1024, ec);
-  if (ec) throw Error("cannot listen on " + where + ": " + ec.message());
+  bind_listener(acc, srv.ioc, opt.host, opt.port, true);
   const int port = acc.local_endpoint().port();
   const bool v6 = opt.host.find(':') != std::string::npos;  // an IPv6 literal goes in brackets in a URL
   std::fprintf(stderr, "[m3serve] listening on http://%s%s%s:%d\n", v6 ? "[" : "", opt.host.c_str(), v6 ? "]" : "", port);

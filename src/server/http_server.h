@@ -41,6 +41,10 @@ struct HttpOptions {
 // shutdown_timeout_s, ends the rest (finish_reason "abort", streams with [DONE]) and returns. A second
 // signal exits at once. Prints the listening address on stderr once bound; a busy port is an m3::Error
 // naming host:port.
+// Fails (m3::Error naming host:port) when host:port cannot be bound, as the server's own bind would:
+// serve checks it before it spends minutes loading a model. Port 0 always passes.
+void check_listen_address(const std::string& host, int port);
+
 void run_http_server(Engine& engine, const ServerContext& ctx, const HttpOptions& opt);
 
 }  // namespace m3::server

@@ -105,6 +105,11 @@ code=$(curl -s -o "$TMP/r.json" -w '%{http_code}' "$U/v1/chat/completions" -H 'C
   -d '{"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3, "stream": true}')
 [ "$code" = 502 ] && grep -q "prefill engine 127.0.0.1:$DEAD could not be reached" "$TMP/r.json" ||
   fail "an unreachable prefill engine: $code $(cat "$TMP/r.json")"
+# Its /health says so (a readiness probe stops sending it traffic); the working proxy's says ok.
+code=$(curl -s -o "$TMP/h.json" -w '%{http_code}' "$U/health")
+[ "$code" = 503 ] && grep -q '"prefill_up":0' "$TMP/h.json" || fail "proxy /health with no prefill engine: $code $(cat "$TMP/h.json")"
+code=$(curl -s -o "$TMP/h.json" -w '%{http_code}' "$URL_X/health")
+[ "$code" = 200 ] && grep -q '"decode_up":1' "$TMP/h.json" || fail "proxy /health: $code $(cat "$TMP/h.json")"
 
 # (6)
 if "$BIN" serve "$MODEL" --port 0 --kv-transfer-config \
