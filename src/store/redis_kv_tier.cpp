@@ -3,6 +3,7 @@
 
 #include <hiredis/hiredis.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 
@@ -78,7 +79,7 @@ RedisKvTier::~RedisKvTier() {
 bool RedisKvTier::prefetch(uint64_t ticket, const std::vector<uint64_t>& hashes) {
   {
     std::lock_guard lk(mu_);
-    if (Clock::now() < fetch_down_until_) return false;  // Redis was unreachable a moment ago
+    if (Clock::now() < down_until_) return false;  // Redis was unreachable a moment ago
     fetch_q_.emplace_back(ticket, hashes);
     fetch_pending_.insert(ticket);
   }
@@ -135,6 +136,8 @@ void RedisKvTier::fetcher() {
       held.clear();  // nothing is known to be held: every page is a miss
       got.clear();
     }
+    const auto t_get = Clock::now();
+    int64_t got_bytes = 0;
     for (size_t i = 0; i < held.size() && !failed; ++i) {
       const std::string k = key(held[i]);
       auto* r = static_cast<redisReply*>(redisCommand(fetch_->c, "GET %b", k.data(), k.size()));
@@ -144,15 +147,29 @@ void RedisKvTier::fetcher() {
         break;
       }
       got.emplace_back(held[i], r->type == REDIS_REPLY_STRING ? std::string(r->str, r->len) : std::string());
+      got_bytes += int64_t(got.back().second.size());
       freeReplyObject(r);
     }
+    const double get_seconds = std::chrono::duration<double>(Clock::now() - t_get).count();
     if (failed && fetch_->c) {  // lost mid-round: reconnect after the back-off
       fetch_->close();
       fetch_->retry_after = Clock::now() + std::chrono::seconds(1);
       errors_.fetch_add(1);
     }
     lk.lock();
-    if (failed) fetch_down_until_ = Clock::now() + std::chrono::seconds(1);
+    // The tier's read time and bytes are what came from Redis here (a page taken later from the
+    // prefetched ones costs a map lookup, not a read).
+    st_.read_seconds += get_seconds;
+    st_.bytes_read += got_bytes;
+    if (failed) {
+      lk.unlock();
+      mark_down("a prefetch");
+      lk.lock();
+    } else if (!hashes.empty()) {
+      lk.unlock();
+      mark_up();
+      lk.lock();
+    }
     for (uint64_t h : lost) prefetch_failed_.insert(h);
     if (prefetch_failed_.size() > 65536) prefetch_failed_.clear();  // failures nobody asked for again
     for (auto& [h, blob] : got) {
@@ -210,12 +227,14 @@ void RedisKvTier::put(uint64_t hash, std::string&& blob) {
 
 TierRead RedisKvTier::get(uint64_t hash, std::string& out) {
   const auto t0 = Clock::now();
-  auto count = [&](bool hit) {
+  auto count = [&](bool hit, bool read_here = true) {
     std::lock_guard lk(mu_);
     if (hit) {
       ++st_.hits;
-      st_.bytes_read += int64_t(out.size());
-      st_.read_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
+      if (read_here) {  // prefetched pages were counted when they were read
+        st_.bytes_read += int64_t(out.size());
+        st_.read_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
+      }
     } else {
       ++st_.misses;
     }
@@ -234,22 +253,52 @@ TierRead RedisKvTier::get(uint64_t hash, std::string& out) {
       prefetched_bytes_ -= out.size();
       prefetched_.erase(it);
       lk.unlock();
-      return count(!out.empty());
+      return count(!out.empty(), false);
+    }
+    if (Clock::now() < down_until_) {  // Redis did not answer a moment ago: a miss, not another wait
+      ++st_.misses;
+      return TierRead::Miss;
     }
   }
-  if (!ensure(*read_)) return count(false);
+  if (!ensure(*read_)) {
+    mark_down("a connection");
+    return count(false);
+  }
   const std::string k = key(hash);
   auto* r = static_cast<redisReply*>(redisCommand(read_->c, "GET %b", k.data(), k.size()));
   if (!r) {  // timeout or connection lost: back off, recompute
     read_->close();
     read_->retry_after = Clock::now() + std::chrono::seconds(1);
     errors_.fetch_add(1);
+    mark_down("a read");
     return count(false);
   }
+  mark_up();
   const bool hit = r->type == REDIS_REPLY_STRING;
   if (hit) out.assign(r->str, r->len);
   freeReplyObject(r);
   return count(hit);
+}
+
+void RedisKvTier::mark_down(const char* what) {
+  std::lock_guard lk(mu_);
+  down_for_ = std::min<std::chrono::milliseconds>(std::max<std::chrono::milliseconds>(down_for_ * 2, std::chrono::seconds(1)),
+                                                  std::chrono::seconds(30));
+  down_until_ = Clock::now() + down_for_;
+  if (down_logged_) return;
+  down_logged_ = true;
+  std::fprintf(stderr,
+               "[m3serve] warning: KV store redis://%s:%d did not answer %s within %d ms (or the connection was "
+               "lost): its pages are recomputed, retrying after 1 s, then less and less often\n",
+               opt_.host.c_str(), opt_.port, what, opt_.timeout_ms);
+}
+
+void RedisKvTier::mark_up() {
+  std::lock_guard lk(mu_);
+  down_for_ = std::chrono::milliseconds(0);
+  if (!down_logged_) return;
+  down_logged_ = false;
+  std::fprintf(stderr, "[m3serve] KV store redis://%s:%d answers again\n", opt_.host.c_str(), opt_.port);
 }
 
 void RedisKvTier::erase(uint64_t hash) {

@@ -85,7 +85,14 @@ class RedisKvTier : public KvTier {
   std::unordered_set<uint64_t> prefetch_failed_;
   std::deque<uint64_t> prefetched_order_;
   size_t prefetched_bytes_ = 0;
-  std::chrono::steady_clock::time_point fetch_down_until_{};
+  // Redis did not answer (a timeout, a lost connection): until then no read path waits on it again (a
+  // frozen Redis cost every request timeout_ms per path before); the wait doubles per failure in a row. Set and cleared under mu_, with one
+  // log line when it goes down and one when it answers again.
+  std::chrono::steady_clock::time_point down_until_{};
+  std::chrono::milliseconds down_for_{0};  // the back-off: 1 s, doubled per failure in a row, at most 30 s
+  bool down_logged_ = false;
+  void mark_down(const char* what);  // takes mu_
+  void mark_up();                    // takes mu_
   std::thread fetch_thread_;
 };
 
