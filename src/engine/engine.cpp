@@ -423,6 +423,7 @@ void Engine::add_request(const std::string& id, std::vector<int32_t> prompt, con
     ++stats_.remote_prefills;
   }
   s->request_id = id;
+  s->added_at = std::chrono::steady_clock::now();
   s->prompt = std::move(prompt);
   s->mm = std::move(mm);
   s->params = params;
@@ -494,6 +495,7 @@ void Engine::finish(Sequence* s, FinishReason r, RequestOutput& out) {
   sched_->finish(s);
   out.finished = true;
   out.finish_reason = r;
+  if (s->admitted_once) out.queue_seconds = std::chrono::duration<double>(s->scheduled_at - s->added_at).count();
 }
 
 // Appends the newest token's text and applies the stop rules; true when the sequence finished.

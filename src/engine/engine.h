@@ -89,6 +89,8 @@ struct RequestOutput {
   std::string error;  // finish_reason Error: what went wrong (e.g. a KV cache page that failed to load)
   int64_t num_prompt_tokens = 0;
   int64_t num_cached_tokens = 0;
+  // A finished request: seconds from the engine taking it to its first scheduling (-1: never scheduled).
+  double queue_seconds = -1;
   // A finished request that asked to hold its prompt's pages for another engine (kv_transfer_params
   // do_remote_decode): the lease that holds them.
   std::optional<KvLeaseInfo> kv_lease;

@@ -312,6 +312,7 @@ std::vector<ScheduledChunk> Scheduler::schedule() {
     }
     if (!s->admitted_once) {
       s->admitted_once = true;
+      s->scheduled_at = std::chrono::steady_clock::now();
       s->num_cached_tokens = hit;
       // Pages pulled from a prefill engine are not this engine's prefix cache hits (vllm:prefix_cache_*).
       if (!s->remote) {

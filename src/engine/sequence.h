@@ -1,6 +1,7 @@
 // Sequence: the engine's state for one request: its tokens (prompt + output), its pages (block
 // table), how many tokens already have KV in the cache, its sampler and its output text.
 #pragma once
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -50,6 +51,8 @@ struct Sequence {
   int64_t num_computed = 0;           // tokens whose K/V/index-K are in the pages
   int64_t num_cached_tokens = 0;      // prefix-cache hit of the first admission
   bool admitted_once = false;
+  // When the engine took the request and when it was first scheduled (vllm:request_queue_time_seconds).
+  std::chrono::steady_clock::time_point added_at, scheduled_at;
   bool fetch_started = false;  // its prefix pages were asked of an asynchronous tier
   int num_preemptions = 0;
   // P/D disaggregation: hold the prompt's pages for a decode engine when done; or the prompt's pages as

@@ -135,6 +135,7 @@ void AsyncEngine::dispatch(std::vector<RequestOutput>& outs) {
     if (n > 0) {
       if (t.first) {
         metrics_.observe_ttft(std::chrono::duration<double>(now - t.arrival).count());
+        t.first_token = now;
         metrics_.add_prompt_tokens(o.num_prompt_tokens);
         t.first = false;
       } else {
@@ -146,7 +147,8 @@ void AsyncEngine::dispatch(std::vector<RequestOutput>& outs) {
     }
     if (o.finished) {
       metrics_.request_finished(std::chrono::duration<double>(now - t.arrival).count(), o.num_prompt_tokens,
-                                t.generated, finish_reason_name(o.finish_reason));
+                                t.generated, finish_reason_name(o.finish_reason), o.queue_seconds,
+                                t.first ? -1.0 : std::chrono::duration<double>(t.first_token - t.arrival).count());
       t.stream->push(std::move(o));
       tracks_.erase(it);
     } else {
@@ -217,6 +219,13 @@ void AsyncEngine::loop() {
         break;
       }
       publish_stats();
+      {
+        // Tokens this step computed (vLLM's vllm:iteration_tokens_total histogram).
+        const EngineStats st = engine_.stats();
+        const int64_t seen = st.prompt_tokens_computed + st.generated_tokens;
+        if (step_tokens_seen_ >= 0 && seen > step_tokens_seen_) metrics_.observe_iteration_tokens(seen - step_tokens_seen_);
+        step_tokens_seen_ = seen;
+      }
       dispatch(outs);
       lk.lock();
     } else {

@@ -72,11 +72,13 @@ class AsyncEngine {
   // Wakes the engine thread for its timers (a KV lease read by another engine: its pages go back).
   void poke();
   EngineStats stats() const;
+  // One API request's parameters (vllm:request_params_n / _max_tokens).
+  void observe_request_params(int n, int64_t max_tokens) { metrics_.observe_request_params(n, max_tokens); }
 
  private:
   struct Track {
     std::shared_ptr<OutputStream> stream;
-    std::chrono::steady_clock::time_point arrival, last;
+    std::chrono::steady_clock::time_point arrival, last, first_token;
     bool first = true;
     int64_t generated = 0;
   };
@@ -88,6 +90,7 @@ class AsyncEngine {
   };
   void loop();
   void dispatch(std::vector<RequestOutput>& outs);
+  int64_t step_tokens_seen_ = -1;  // prompt + generated tokens the engine had computed (vllm:iteration_tokens_total)
 
   Engine& engine_;
   Metrics& metrics_;

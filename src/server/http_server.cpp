@@ -33,6 +33,7 @@
 #include <array>
 #include <atomic>
 #include <boost/asio.hpp>
+#include <fmt/format.h>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <cerrno>
@@ -187,6 +188,7 @@ std::shared_ptr<Call> start_call(AsyncEngine& ae, const ServerContext& ctx, Pars
     }
   }
   if (ctx.log_requests) log_request(*c);
+  ae.observe_request_params(c->pr.n, c->pr.params.max_tokens);
   c->remaining = c->choices.size();
   c->held.resize(c->choices.size());
   c->emitted_first.assign(c->choices.size(), false);
@@ -1218,6 +1220,12 @@ void run_http_server(Engine& engine, const ServerContext& ctx, const HttpOptions
     }
   }
   Metrics metrics;
+  {
+    const EngineConfig& ec = engine.config();
+    metrics.set_cache_config(fmt::format(
+        "block_size=\"{}\",cache_dtype=\"{}\",enable_prefix_caching=\"{}\",num_gpu_blocks=\"{}\",num_cpu_blocks=\"0\"",
+        engine.block_size(), ec.kv_cache_dtype, ec.enable_prefix_caching ? "True" : "False", engine.stats().total_pages));
+  }
   AsyncEngine ae(engine, metrics, opt.max_waiting);
   Server srv(ae, metrics, ctx, opt);
 

@@ -1,7 +1,9 @@
 // Prometheus metrics rendering (see metrics.h); bucket bounds follow vLLM's.
 #include "server/metrics.h"
 
+#include <algorithm>
 #include <random>
+#include <tuple>
 
 #include <vector>
 
@@ -16,8 +18,8 @@ void Histogram::observe(double v) {
   ++count_;
 }
 
-void Histogram::render(std::string& out, const std::string& name, const std::string& labels) const {
-  out += "# TYPE " + name + " histogram\n";
+void Histogram::render(std::string& out, const std::string& name, const std::string& labels, const std::string& help) const {
+  out += "# HELP " + name + " " + help + "\n# TYPE " + name + " histogram\n";
   for (size_t i = 0; i < bounds_.size(); ++i)
     out += fmt::format("{}_bucket{{{},le=\"{}\"}} {}\n", name, labels, bounds_[i], counts_[i]);
   out += fmt::format("{}_bucket{{{},le=\"+Inf\"}} {}\n", name, labels, count_);
@@ -35,9 +37,31 @@ Metrics::Metrics()
       req_prompt_({1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000, 50000, 100000, 200000,
                    500000, 1000000}),
       req_gen_({1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000, 50000, 100000, 200000, 500000,
-                1000000}) {
+                1000000}),
+      queue_(e2e_.bounds()),
+      prefill_(e2e_.bounds()),
+      decode_(e2e_.bounds()),
+      inference_(e2e_.bounds()),
+      req_tpot_(itl_.bounds()),
+      iter_tokens_({1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384}),
+      params_n_({1, 2, 5, 10, 20}),
+      params_max_tokens_(req_gen_.bounds()) {
   std::random_device rd;
   instance_id_ = fmt::format("{:08x}{:08x}", rd(), rd());
+}
+
+void Metrics::observe_iteration_tokens(int64_t n) {
+  std::lock_guard lk(mu_);
+  iter_tokens_.observe(double(n));
+}
+void Metrics::observe_request_params(int n, int64_t max_tokens) {
+  std::lock_guard lk(mu_);
+  params_n_.observe(double(n));
+  params_max_tokens_.observe(double(max_tokens));
+}
+void Metrics::set_cache_config(std::string labels) {
+  std::lock_guard lk(mu_);
+  cache_config_ = std::move(labels);
 }
 
 void Metrics::observe_ttft(double s) {
@@ -57,8 +81,17 @@ void Metrics::add_prompt_tokens(int64_t n) {
   prompt_tokens_ += n;
 }
 void Metrics::request_finished(double e2e_s, int64_t prompt_tokens, int64_t generation_tokens,
-                               const std::string& reason) {
+                               const std::string& reason, double queue_s, double ttft_s) {
   std::lock_guard lk(mu_);
+  if (queue_s >= 0) {
+    queue_.observe(queue_s);
+    inference_.observe(std::max(0.0, e2e_s - queue_s));
+    if (ttft_s >= 0) prefill_.observe(std::max(0.0, ttft_s - queue_s));
+  }
+  if (ttft_s >= 0) {
+    decode_.observe(std::max(0.0, e2e_s - ttft_s));
+    if (generation_tokens > 1) req_tpot_.observe(std::max(0.0, e2e_s - ttft_s) / double(generation_tokens - 1));
+  }
   e2e_.observe(e2e_s);
   req_prompt_.observe(double(prompt_tokens));
   req_gen_.observe(double(generation_tokens));
@@ -175,17 +208,33 @@ std::string Metrics::render(const std::string& model_name, const EngineStats& st
   std::lock_guard lk(mu_);
   counter("prompt_tokens", "Number of prefill tokens processed.", double(prompt_tokens_));
   counter("generation_tokens", "Number of generation tokens processed.", double(generation_tokens_));
-  o += "# TYPE vllm:request_success_total counter\n";
+  o += "# HELP vllm:request_success_total Count of successfully processed requests.\n"
+       "# TYPE vllm:request_success_total counter\n";
   for (const char* r : {"stop", "length", "abort"}) {
     auto it = success_.find(r);
     o += fmt::format("vllm:request_success_total{{{},finished_reason=\"{}\"}} {}\n", L, r,
                      it == success_.end() ? 0 : it->second);
   }
-  ttft_.render(o, "vllm:time_to_first_token_seconds", L);
-  itl_.render(o, "vllm:inter_token_latency_seconds", L);
-  e2e_.render(o, "vllm:e2e_request_latency_seconds", L);
-  req_prompt_.render(o, "vllm:request_prompt_tokens", L);
-  req_gen_.render(o, "vllm:request_generation_tokens", L);
+  // vLLM's histograms (its Grafana dashboard's panels), with vLLM's names and help texts.
+  const std::tuple<const Histogram*, const char*, const char*> hists[] = {
+      {&ttft_, "vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds."},
+      {&itl_, "vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds."},
+      {&e2e_, "vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds."},
+      {&req_prompt_, "vllm:request_prompt_tokens", "Number of prefill tokens processed."},
+      {&req_gen_, "vllm:request_generation_tokens", "Number of generation tokens processed."},
+      {&queue_, "vllm:request_queue_time_seconds", "Histogram of time spent in WAITING phase for request."},
+      {&prefill_, "vllm:request_prefill_time_seconds", "Histogram of time spent in PREFILL phase for request."},
+      {&decode_, "vllm:request_decode_time_seconds", "Histogram of time spent in DECODE phase for request."},
+      {&inference_, "vllm:request_inference_time_seconds", "Histogram of time spent in RUNNING phase for request."},
+      {&req_tpot_, "vllm:request_time_per_output_token_seconds", "Histogram of time_per_output_token_seconds per request."},
+      {&iter_tokens_, "vllm:iteration_tokens_total", "Histogram of number of tokens per engine_step."},
+      {&params_n_, "vllm:request_params_n", "Histogram of the n request parameter."},
+      {&params_max_tokens_, "vllm:request_params_max_tokens", "Histogram of the max_tokens request parameter."}};
+  for (const auto& [h, name, help] : hists) h->render(o, name, L, help);
+  if (!cache_config_.empty())
+    o += "# HELP vllm:cache_config_info Information of the KV cache configuration.\n"
+         "# TYPE vllm:cache_config_info gauge\n"
+         "vllm:cache_config_info{" + L + "," + cache_config_ + "} 1\n";
   // Which server process answered: a client reading counters twice (bench serve's deltas) can tell when a
   // load balancer sent the two reads to different instances.
   o += "# HELP m3serve:instance_info This server process (a random id drawn at start).\n"

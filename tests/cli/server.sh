@@ -234,6 +234,49 @@ for m in vllm:num_requests_running vllm:num_requests_waiting vllm:kv_cache_usage
   vllm:request_success_total m3serve:step_latency_tail_steps_total m3serve:step_latency_tail_held_total m3serve:instance_info; do
   grep -q "^$m{" "$TMP/metrics.txt" || fail "metric $m missing"
 done
+# vLLM's request-phase histograms and cache info (its Grafana dashboard), and the text format itself: one
+# HELP and one TYPE per family before its samples, cumulative buckets whose +Inf equals _count.
+for m in vllm:request_queue_time_seconds_bucket vllm:request_prefill_time_seconds_bucket \
+  vllm:request_decode_time_seconds_bucket vllm:request_inference_time_seconds_bucket \
+  vllm:request_time_per_output_token_seconds_bucket vllm:iteration_tokens_total_bucket vllm:request_params_n_bucket \
+  vllm:request_params_max_tokens_bucket vllm:cache_config_info; do
+  grep -q "^$m{" "$TMP/metrics.txt" || fail "metric $m missing"
+done
+python3 - "$TMP/metrics.txt" <<'PY' || fail "/metrics text format"
+import re, sys
+help_, type_, seen, buckets, counts, bad = {}, {}, set(), {}, {}, []
+for line in open(sys.argv[1]):
+    line = line.rstrip("\n")
+    if line.startswith("# HELP "):
+        name = line.split()[2]
+        if name in help_: bad.append(f"two HELP lines for {name}")
+        help_[name] = 1
+    elif line.startswith("# TYPE "):
+        name, kind = line.split()[2:4]
+        if name in type_: bad.append(f"two TYPE lines for {name}")
+        type_[name] = kind
+    elif line:
+        m = re.match(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{.*\})? (\S+)$', line)
+        if not m:
+            bad.append(f"unparsable sample: {line}")
+            continue
+        name, labels, value = m.groups()
+        fam = re.sub(r'_(bucket|sum|count)$', '', name) if re.sub(r'_(bucket|sum|count)$', '', name) in type_ else name
+        if fam not in type_ or fam not in help_:
+            bad.append(f"{name}: no HELP/TYPE before it")
+        if name.endswith("_bucket"):
+            key = (fam, re.sub(r',?le="[^"]*"', '', labels or ""))
+            buckets.setdefault(key, []).append(float(value))
+            if 'le="+Inf"' in labels: counts.setdefault(key, {})["inf"] = float(value)
+        elif name.endswith("_count") and type_.get(fam) == "histogram":
+            counts.setdefault((fam, labels or ""), {})["count"] = float(value)
+for key, vals in buckets.items():
+    if vals != sorted(vals): bad.append(f"{key[0]}: buckets not cumulative")
+for key, c in counts.items():
+    if "inf" in c and "count" in c and c["inf"] != c["count"]: bad.append(f"{key[0]}: +Inf {c['inf']} != count {c['count']}")
+for b in bad: print("FAIL:", b)
+sys.exit(1 if bad else 0)
+PY
 
 # A client that disconnects mid-stream: its request is aborted and its pages freed. The request asks for
 # 16 completions of 3950 tokens (about 14 s on two cores; one completion alone took 1.35 s through
