@@ -20,6 +20,7 @@ struct RequestTrace {
   double ttft = 0;            // send -> first non-empty chunk
   double latency = 0;         // send -> last non-empty chunk (E2EL)
   std::vector<double> itl;    // gaps between consecutive non-empty chunks
+  std::string text;           // the generated text (--save-result's generated_texts)
 };
 
 // Mean, median, std and percentiles of one latency metric, in milliseconds.

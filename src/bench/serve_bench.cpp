@@ -103,8 +103,8 @@ StreamOut stream_request(const Endpoint& ep, const std::string& path, bool chat,
   req.set_header("Accept", "text/event-stream");
   req.body = body.dump();
   std::string buf, raw;
-  Clock::time_point last{}, send_at{};
-  bool first = true;
+  Clock::time_point last{}, send_at{}, first_choice{}, last_choice{};
+  bool first = true, saw_choice = false;
   auto on_line = [&](const std::string& line) {
     if (line.rfind("data:", 0) != 0) return;
     std::string payload = line.substr(5);
@@ -119,6 +119,11 @@ StreamOut stream_request(const Endpoint& ep, const std::string& path, bool chat,
     const auto now = Clock::now();
     std::string text;
     if (j.contains("choices") && j["choices"].is_array() && !j["choices"].empty()) {
+      // A chunk with choices, even with no text (a reply that ends at once): the request succeeded, as
+      // vLLM's client counts it.
+      if (!saw_choice) first_choice = now;
+      saw_choice = true;
+      last_choice = now;
       const json& c = j["choices"][0];
       if (chat) {
         if (c.contains("delta")) {
@@ -168,14 +173,19 @@ StreamOut stream_request(const Endpoint& ep, const std::string& path, bool chat,
   } else if (res->status != 200) {
     // The server's error body (cpp-httplib may hand a non-200 body to res rather than to the receiver).
     out.trace.error = "HTTP " + std::to_string(res->status) + ": " + (raw.empty() ? res->body.substr(0, 4096) : raw);
-  } else if (out.chunks == 0 && out.trace.error.empty()) {
-    out.trace.error = "no non-empty chunk received";
+  } else if (!saw_choice && out.trace.error.empty()) {
+    out.trace.error = "no chunk with choices received";
   }
   out.trace.success = out.trace.error.empty();
   if (out.trace.success) {
+    if (out.chunks == 0) {  // no text at all: the first and last chunks with choices time it
+      out.trace.ttft = std::chrono::duration<double>(first_choice - send_at).count();
+      last = last_choice;
+    }
     out.trace.latency = std::chrono::duration<double>(last - send_at).count();
     out.trace.output_tokens = out.usage_completion >= 0 ? out.usage_completion : out.chunks;
   }
+  out.trace.text = out.text;
   return out;
 }
 
@@ -454,9 +464,29 @@ nlohmann::ordered_json run_serve_bench(const ServeBenchOptions& o) {
   result["request_rate"] = std::isinf(o.request_rate) ? json("inf") : json(o.request_rate);
   result["max_concurrency"] = o.max_concurrency > 0 ? json(o.max_concurrency) : json(nullptr);
   result["seed"] = o.seed;
-  if (!std::isinf(o.request_rate)) result["burstiness"] = o.burstiness;
+  result["tokenizer_id"] = o.tokenizer_dir.empty() ? model : o.tokenizer_dir;
+  result["burstiness"] = o.burstiness;
   const nlohmann::ordered_json mj = metrics_json(m, sel);
   for (auto it = mj.begin(); it != mj.end(); ++it) result[it.key()] = it.value();
+  // Per request, as vLLM's result file has them (seconds; a failed request has 0 and its error).
+  {
+    json in_lens = json::array(), out_lens = json::array(), ttfts = json::array(), itls = json::array(),
+         texts = json::array(), errors = json::array();
+    for (const auto& t : traces) {
+      in_lens.push_back(t.prompt_len);
+      out_lens.push_back(t.success ? t.output_tokens : 0);
+      ttfts.push_back(t.success ? t.ttft : 0.0);
+      itls.push_back(t.itl);
+      texts.push_back(t.text);
+      errors.push_back(t.error);
+    }
+    result["input_lens"] = in_lens;
+    result["output_lens"] = out_lens;
+    result["ttfts"] = ttfts;
+    result["itls"] = itls;
+    result["generated_texts"] = texts;
+    result["errors"] = errors;
+  }
   std::string report = format_report(m, agentic ? "Agentic Benchmark Result" : "Serving Benchmark Result", sel);
   if (agentic) {
     const double hits1 = prom_value_after(ep, "vllm:prefix_cache_hits_total");

@@ -60,6 +60,8 @@ OfflineRequest parse_offline_request(const json& j, const Tokenizer& tok, int64_
     }
   }
   if (!have_prompt) throw Error(where + ": needs \"prompt\" or \"prompt_token_ids\"");
+  if (j.contains("prompt") && j.contains("prompt_token_ids"))
+    throw Error(where + ": \"prompt\" and \"prompt_token_ids\" are alternatives; give one");
   server::check_token_ids_in_vocab(p, vocab, style);
   try {
     if (auto sr = structured::structured_from_request(j))

@@ -69,7 +69,6 @@ namespace beast = boost::beast;
 namespace http = beast::http;
 using tcp = net::ip::tcp;
 
-
 ojson parse_body(const std::string& body) {
   try {
     return chat::parse_json_limited<ojson>(body);

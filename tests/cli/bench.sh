@@ -33,9 +33,21 @@ done
 J=$TMP/random.json
 for k in completed failed duration total_input_tokens total_output_tokens request_throughput output_throughput \
   total_token_throughput mean_ttft_ms median_ttft_ms p90_ttft_ms p99_ttft_ms mean_tpot_ms p99_tpot_ms mean_itl_ms \
-  p99_itl_ms mean_e2el_ms p99_e2el_ms model_id; do
+  p99_itl_ms mean_e2el_ms p99_e2el_ms model_id tokenizer_id burstiness input_lens output_lens ttfts itls \
+  generated_texts errors; do
   grep -q "\"$k\":" "$J" || fail "result JSON lacks $k"
 done
+python3 - "$J" <<'PY' || fail "per-request lists: $(cat "$J")"
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert all(len(r[k]) == 4 for k in ("input_lens", "output_lens", "ttfts", "itls", "generated_texts", "errors")), r
+assert r["output_lens"] == [8] * 4 and all(t > 0 for t in r["ttfts"]) and r["errors"] == [""] * 4, r
+assert all(1 <= len(i) <= 7 for i in r["itls"]) and all(t for t in r["generated_texts"]), r  # one gap per text chunk after the first
+PY
+# A reply that ends at its first token (max_tokens 1, the text may be empty) is a success, as vLLM counts it.
+"$BIN" bench serve --base-url "http://127.0.0.1:$PORT" --dataset-name random --num-prompts 2 \
+  --random-input-len 16 --random-output-len 1 --seed 2 --no-progress >"$TMP/one.out" 2>&1 || fail "bench serve, 1 token: $(cat "$TMP/one.out")"
+grep -q "Successful requests: *2" "$TMP/one.out" || fail "one-token replies: $(cat "$TMP/one.out")"
 grep -q '"completed": 4' "$J" || fail "not all 4 requests completed: $(cat "$J")"
 grep -q '"failed": 0' "$J" || fail "failed requests: $(cat "$J")"
 grep -q '"total_output_tokens": 32' "$J" || fail "ignore_eos: expected 4 x 8 output tokens: $(cat "$J")"

@@ -133,11 +133,14 @@ curl -s "$U/v1/completions" -H 'Content-Type: application/json' \
   -d '{"prompt":"Hello there","max_tokens":2,"temperature":0,"seed":5}' >/dev/null
 grep -q 'request cmpl-[0-9a-f]*: completion, 1 prompt(s) of [0-9]* tokens, n 1, max_tokens 2, temperature 0,.*seed 5.*prompt "Hello there"' \
   "$TMP/server.log" || fail "request not logged: $(grep -v weights "$TMP/server.log" | tail -3)"
-curl -s "$U/metrics" | grep -qF 'vllm:num_requests_running{model_name="team\\x \"v2\"",engine="0"}' ||
-  fail "model name not escaped in /metrics: $(curl -s "$U/metrics" | grep -m1 num_requests_running)"
+# (each answer saved first: with pipefail, grep -q closing the pipe early would fail the curl before it)
+curl -s "$U/metrics" >"$TMP/metrics.txt"
+grep -qF 'vllm:num_requests_running{model_name="team\\x \"v2\"",engine="0"}' "$TMP/metrics.txt" ||
+  fail "model name not escaped in /metrics: $(grep -m1 'num_requests_running{' "$TMP/metrics.txt")"
 H=$(curl -sI "$U/health" -w '%{http_code}' -o "$TMP/head.txt")
 [ "$H" = 200 ] || fail "HEAD /health: $H"
-curl -sI "$U/metrics" | grep -qi '^content-length: [1-9]' || fail "HEAD /metrics: $(curl -sI "$U/metrics")"
+curl -sI "$U/metrics" >"$TMP/head_metrics.txt"
+grep -qi '^content-length: [1-9]' "$TMP/head_metrics.txt" || fail "HEAD /metrics: $(cat "$TMP/head_metrics.txt")"
 [ "$(cat /proc/$PID/comm)" = m3serve ] || fail "process name $(cat /proc/$PID/comm)"
 kill -TERM $PID
 wait $PID || fail "server exit status $?"
