@@ -131,18 +131,8 @@ TEST(StructuredMask, EndTokenOnlyWhenAcceptingAndReasoningGate) {
 // grammar applies after it, without one nothing is constrained after it. Forks and saved states carry
 // the count (speculation, preemption).
 TEST(StructuredMask, ReasoningBudgetForcesTheEndTag) {
-  // A vocabulary of single bytes plus "</t>" as one token (id 257) and an end token (256).
-  std::vector<std::string> b;
-  std::vector<bool> sp;
-  for (int i = 0; i < 256; ++i) {
-    b.push_back(std::string(1, char(i)));
-    sp.push_back(false);
-  }
-  b.push_back("<eos>");
-  sp.push_back(true);
-  b.push_back("</t>");
-  sp.push_back(true);
-  auto vocab = TokenVocab::from_tokens(b, sp, 256);
+  // A vocabulary of single bytes plus an end token (256) and "</t>" as one token (257).
+  auto vocab = m3test::make_byte_vocab({"</t>"});
   const int32_t close = 257;
   auto budget_only = std::make_shared<ConstraintSpec>();
   budget_only->vocab = vocab;

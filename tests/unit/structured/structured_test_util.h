@@ -16,19 +16,24 @@
 
 namespace m3test {
 
-// 256 single-byte tokens plus an end token (id 256).
-inline std::shared_ptr<const m3::structured::TokenVocab> byte_vocab() {
-  static auto v = [] {
-    std::vector<std::string> b;
-    std::vector<bool> sp;
-    for (int i = 0; i < 256; ++i) {
-      b.push_back(std::string(1, char(i)));
-      sp.push_back(false);
-    }
-    b.push_back("<eos>");
+// 256 single-byte tokens, an end token (id 256), then `specials` as special tokens (ids 257, ...).
+inline std::shared_ptr<const m3::structured::TokenVocab> make_byte_vocab(const std::vector<std::string>& specials) {
+  std::vector<std::string> b;
+  std::vector<bool> sp;
+  for (int i = 0; i < 256; ++i) {
+    b.push_back(std::string(1, char(i)));
+    sp.push_back(false);
+  }
+  b.push_back("<eos>");
+  sp.push_back(true);
+  for (const auto& s : specials) {
+    b.push_back(s);
     sp.push_back(true);
-    return m3::structured::TokenVocab::from_tokens(b, sp, 256);
-  }();
+  }
+  return m3::structured::TokenVocab::from_tokens(b, sp, 256);
+}
+inline std::shared_ptr<const m3::structured::TokenVocab> byte_vocab() {
+  static auto v = make_byte_vocab({});
   return v;
 }
 
