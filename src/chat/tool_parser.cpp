@@ -72,9 +72,20 @@ std::string decode_entities(const std::string& s) {
 
 // ---- schema typing ----
 
-// Unwraps nullable anyOf/oneOf wrappers and ["T", "null"] type lists to the one schema that matters.
-const ojson* unwrap(const ojson* s) {
-  for (int guard = 0; s && s->is_object() && guard < 8; ++guard) {
+// Unwraps nullable anyOf/oneOf wrappers and ["T", "null"] type lists to the one schema that matters,
+// following local "$ref"s into `root` (the tool's parameters), as the tool-call grammar does.
+const ojson* unwrap(const ojson* s, const ojson* root) {
+  for (int guard = 0; s && s->is_object() && guard < 16; ++guard) {
+    if (s->contains("$ref") && (*s)["$ref"].is_string()) {
+      const std::string ref = (*s)["$ref"].get<std::string>();
+      if (!root || ref.empty() || ref[0] != '#') return nullptr;
+      try {
+        s = &root->at(ojson::json_pointer(ref.substr(1)));
+      } catch (const std::exception&) {
+        return nullptr;
+      }
+      continue;
+    }
     const ojson* alts = nullptr;
     if (s->contains("anyOf") && (*s)["anyOf"].is_array()) alts = &(*s)["anyOf"];
     else if (s->contains("oneOf") && (*s)["oneOf"].is_array()) alts = &(*s)["oneOf"];
@@ -203,22 +214,22 @@ bool nullable(const ojson* s) {
   return false;
 }
 
-ojson convert(const Node& n, const ojson* schema) {
+ojson convert(const Node& n, const ojson* schema, const ojson* root) {
   // "null" written for a parameter that may be null is JSON null (as vLLM's MiniMax parsers give it),
   // whatever its other type.
   if (n.children.empty() && nullable(schema) && trim(n.text) == "null") return nullptr;
-  schema = unwrap(schema);
+  schema = unwrap(schema, root);
   std::string type = schema_type(schema);
   if (n.children.empty()) return typed_scalar(n.text, type);
   bool all_items = std::all_of(n.children.begin(), n.children.end(), [](const Node& c) { return c.name == "item"; });
   if (type == "array" || (type.empty() && all_items)) {
     ojson arr = ojson::array();
     const ojson* items = child_schema(schema, "items");
-    for (auto& c : n.children) arr.push_back(convert(c, items));
+    for (auto& c : n.children) arr.push_back(convert(c, items, root));
     return arr;
   }
   ojson obj = ojson::object();
-  for (auto& c : n.children) obj[c.name] = convert(c, child_schema(schema, "properties", c.name));
+  for (auto& c : n.children) obj[c.name] = convert(c, child_schema(schema, "properties", c.name), root);
   std::string text = trim(n.text);
   if (!text.empty()) obj["$text"] = decode_entities(text);
   return obj;
@@ -320,7 +331,7 @@ struct ToolParser::Impl {
 
   // ---- M3 elements ----
   const ojson* param_schema(const std::string& name) const {
-    const ojson* s = unwrap(cur_schema);
+    const ojson* s = unwrap(cur_schema, cur_schema);
     return child_schema(s, "properties", name);
   }
 
@@ -332,7 +343,7 @@ struct ToolParser::Impl {
       Node n = std::move(stack.back());
       stack.pop_back();
       if (stack.empty()) {
-        add_param(n.name, convert(n, param_schema(n.name)), out);
+        add_param(n.name, convert(n, param_schema(n.name), cur_schema), out);
       } else {
         stack.back().children.push_back(std::move(n));
       }
@@ -387,14 +398,15 @@ struct ToolParser::Impl {
       }
     }
     if (pat == opener && fmt == ToolFormat::MiniMaxM3) {
-      // A bare <tool_call> (no namespace token) opens a block only when an invoke follows; otherwise it is
-      // text, e.g. an answer that explains another model's tool format ("wrap calls in <tool_call> tags").
+      // A bare <tool_call> (no namespace token) opens a block only when an NS invoke follows; otherwise it
+      // is text, e.g. an answer that explains another model's tool format ("wrap calls in <tool_call> tags").
       std::string_view rest = std::string_view(buf).substr(best + opener.size());
       while (!rest.empty() && is_ws(rest.front())) rest.remove_prefix(1);
-      const std::string invoke = "<invoke name=\"", ns_invoke = kNs + invoke;
-      const bool call = rest.substr(0, invoke.size()) == invoke || rest.substr(0, ns_invoke.size()) == ns_invoke;
+      // (A wholly bare block, tags without NS, stays text too: its parameters could not be read.)
+      const std::string ns_invoke = kNs + "<invoke name=\"";
+      const bool call = rest.substr(0, ns_invoke.size()) == ns_invoke;
       if (!call) {
-        if (!final && (rest.empty() || is_proper_prefix_of(rest, invoke) || is_proper_prefix_of(rest, ns_invoke))) {
+        if (!final && (rest.empty() || is_proper_prefix_of(rest, ns_invoke))) {
           buf.erase(0, best);  // still undecided
           return false;
         }
@@ -544,7 +556,7 @@ struct ToolParser::Impl {
   ojson m2_value(const std::string& key, std::string v) {
     if (!v.empty() && v.front() == '\n') v.erase(0, 1);
     if (!v.empty() && v.back() == '\n') v.pop_back();
-    const ojson* s = unwrap(param_schema(key));
+    const ojson* s = unwrap(param_schema(key), cur_schema);
     std::string type = schema_type(s);
     if (type.empty()) {
       std::string t = trim(v);

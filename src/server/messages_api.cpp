@@ -193,6 +193,10 @@ ojson messages_to_chat(const ojson& body, bool count_only, std::vector<std::stri
     const std::string type = required_string(object_field(*th, "thinking"), "type", "thinking");
     if (type != "enabled" && type != "disabled" && type != "adaptive")
       throw bad_request("thinking type '" + type + "' must be enabled, disabled or adaptive", "thinking.type");
+    if (type != "enabled" && get_field(*th, "budget_tokens"))
+      throw bad_request("'thinking.budget_tokens' applies to thinking type enabled only (with '" + type +
+                            "' the model's own thinking cannot be bounded here)",
+                        "thinking.budget_tokens");
     if (type == "enabled") {
       const ojson* b = get_field(*th, "budget_tokens");
       if (!b || !b->is_number_integer() || b->get<int64_t>() < 1)

@@ -88,6 +88,8 @@ const Rule kRefused[] = {
     {"verbosity", kChat, is_null, "a verbosity setting", "null"},
     {"service_tier", kServer, standard_tier, "a service tier", "\"auto\""},
     {"prompt_embeds", kCompletion, is_null, "prompt embeddings", "null"},
+    {"thinking_token_budget", kCompletion | kOffline, is_null,
+     "a reasoning budget (it needs the chat template's think block: use /v1/chat/completions)", "null"},
     {"n", kOffline, null_or_one, "several samples per line (write one line per sample)", "1"},
     {"include_stop_str_in_output", kOffline, null_or_false, "stop strings kept in the text", "false"},
     {"skip_special_tokens", kOffline, null_or_true, "special tokens in the text", "true"},

@@ -119,6 +119,10 @@ class ToolBuilder {
     }
     std::string type;
     const ojson& s = unwrap(s0, ptr, type);
+    if (s.is_object() && s.contains("$ref")) {  // the one non-null branch of an anyOf / oneOf
+      if (!s["$ref"].is_string()) refuse("a '$ref' that is not a string", ptr + "/$ref");
+      return ref(s["$ref"].get<std::string>(), ptr, depth);
+    }
     if (s.is_object()) {
       for (const char* k : {"allOf", "not", "patternProperties"})
         if (s.contains(k)) refuse("the keyword '" + std::string(k) + "' in a tool parameter", ptr + "/" + k);

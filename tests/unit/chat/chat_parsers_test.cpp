@@ -174,14 +174,19 @@ TEST(ToolParserM3, BareToolCallTagIsTextUnlessAnInvokeFollows) {
   expect_same(r, stream_tools(ToolFormat::MiniMaxM3, nullptr, chars(text)));
   // At the very end it is text too.
   EXPECT_EQ(p.parse("see <tool_call>").content, "see <tool_call>");
-  // Followed by an invoke (with or without the namespace token): a call, as before.
-  for (const std::string& inv : {NS + "<invoke name=\"f\">", std::string("<invoke name=\"f\">")}) {
-    const std::string call = "ok <tool_call>\n" + inv + NS + "<a>1" + NS + "</a>" + NS + "</invoke>" + NS + "</tool_call>";
-    r = ToolParser(ToolFormat::MiniMaxM3, nullptr, counter_ids()).parse(call);
-    EXPECT_EQ(r.content, "ok ");
-    ASSERT_EQ(r.calls.size(), 1u) << call;
-    expect_same(r, stream_tools(ToolFormat::MiniMaxM3, nullptr, chars(call)));
-  }
+  // Followed by an NS invoke: a call, as before.
+  const std::string call = "ok <tool_call>\n" + NS + "<invoke name=\"f\">" + NS + "<a>1" + NS + "</a>" + NS + "</invoke>" + NS +
+                           "</tool_call>";
+  r = ToolParser(ToolFormat::MiniMaxM3, nullptr, counter_ids()).parse(call);
+  EXPECT_EQ(r.content, "ok ");
+  ASSERT_EQ(r.calls.size(), 1u) << call;
+  expect_same(r, stream_tools(ToolFormat::MiniMaxM3, nullptr, chars(call)));
+  // A wholly bare block (no NS anywhere) is text, streamed or not: its parameters could not be read.
+  const std::string bare = "Sure<tool_call>\n<invoke name=\"calc\"><expression>4</expression></invoke>\n</tool_call> done";
+  r = ToolParser(ToolFormat::MiniMaxM3, nullptr, counter_ids()).parse(bare);
+  EXPECT_EQ(r.content, bare);
+  EXPECT_TRUE(r.calls.empty());
+  expect_same(r, stream_tools(ToolFormat::MiniMaxM3, nullptr, chars(bare)));
 }
 
 TEST(ToolParserM3, TruncatedAndMalformed) {
@@ -239,6 +244,18 @@ TEST(ToolParserM3, SchemaTyping) {
   EXPECT_EQ(call(el("o", el("k", "5")) + el("arr", el("item", el("x", "1.5")) + el("item", el("x", "2")))),
             R"({"o": {"k": 5}, "arr": [{"x": 1.5}, {"x": 2}]})");
   EXPECT_EQ(call(el("raw", R"({"a": [1, 2]})") + el("o", "note" + el("k", "1"))), R"({"raw": {"a": [1, 2]}, "o": {"k": 1, "$text": "note"}})");
+  // Local $refs are followed (as the grammar follows them): a string behind a $ref stays a string.
+  {
+    json rt = json::parse(R"([{"name":"g","parameters":{"type":"object","$defs":{"s":{"type":"string"},
+      "n":{"type":"object","properties":{"v":{"type":"integer"},"kids":{"type":"array","items":{"$ref":"#/$defs/n"}}}}},
+      "properties":{"a":{"$ref":"#/$defs/s"},"t":{"$ref":"#/$defs/n"},"o":{"anyOf":[{"$ref":"#/$defs/s"},{"type":"null"}]}}}}])");
+    ToolParser p(ToolFormat::MiniMaxM3, rt, counter_ids());
+    const ToolParseResult r = p.parse(NS + "<tool_call>\n" + NS + "<invoke name=\"g\">" + el("a", "700") +
+                                      el("t", el("v", "1") + el("kids", el("item", el("v", "2")))) + el("o", "5") + NS +
+                                      "</invoke>\n" + NS + "</tool_call>");
+    ASSERT_EQ(r.calls.size(), 1u);
+    EXPECT_EQ(r.calls[0].arguments, R"({"a": "700", "t": {"v": 1, "kids": [{"v": 2}]}, "o": "5"})");
+  }
   // "null" for a parameter that may be null is null, whatever its other type; for one that may not, text.
   EXPECT_EQ(call(el("i", "null") + el("t", " null ") + el("s", "null")), R"({"i": null, "t": null, "s": "null"})");
   // Not in the schema: inferred.

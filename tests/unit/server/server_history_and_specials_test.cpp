@@ -370,6 +370,13 @@ TEST(RequestFields, ThinkingTokenBudgetBecomesAConstraint) {
                                    false, nullptr);
   EXPECT_EQ(c["thinking_token_budget"], 7);
   EXPECT_EQ(c["chat_template_kwargs"]["thinking_mode"], "enabled");
+  // A budget with adaptive thinking cannot be honoured: refused by name, in Messages as in chat; and
+  // completions have no think block to bound.
+  EXPECT_THROW(messages_to_chat(ojson::parse(R"({"max_tokens":70,"messages":[{"role":"user","content":"hi"}],
+    "thinking":{"type":"adaptive","budget_tokens":3}})"),
+                                false, nullptr),
+               ApiError);
+  EXPECT_EQ(refusal(ojson::parse(R"({"prompt":"x","thinking_token_budget":5})"), ctx, false).first, 400);
   // As the Messages API: the budget must leave room for the answer.
   EXPECT_THROW(messages_to_chat(ojson::parse(R"({"max_tokens":7,"messages":[{"role":"user","content":"hi"}],
     "thinking":{"type":"enabled","budget_tokens":7}})"),

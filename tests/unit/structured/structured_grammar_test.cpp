@@ -291,7 +291,8 @@ TEST(StructuredTools, StringKeywordsAndRefsInParameters) {
     "parameters":{"type":"object","$defs":{"code":{"type":"string","pattern":"^[A-Z]{3}$"},
       "node":{"type":"object","properties":{"v":{"type":"integer"},"next":{"$ref":"#/$defs/node"}}}},
     "properties":{"day":{"type":"string","format":"date"},"code":{"$ref":"#/$defs/code"},
-      "name":{"type":"string","minLength":2,"maxLength":4},"list":{"$ref":"#/$defs/node"}}}}}])");
+      "name":{"type":"string","minLength":2,"maxLength":4},"list":{"$ref":"#/$defs/node"},
+      "maybe":{"anyOf":[{"$ref":"#/$defs/code"},{"type":"null"}]}}}}}])");
   const std::string NS = "]<]minimax[>[";
   auto el = [&](const std::string& k, const std::string& v) { return NS + "<" + k + ">" + v + NS + "</" + k + ">"; };
   auto call = [&](const std::string& body) {
@@ -306,6 +307,8 @@ TEST(StructuredTools, StringKeywordsAndRefsInParameters) {
   EXPECT_FALSE(p.full(call(el("name", "A"))));           // minLength
   EXPECT_FALSE(p.full(call(el("name", "Annabel"))));     // maxLength
   EXPECT_FALSE(p.full(call(el("list", el("v", "x")))));  // through the recursive $ref
+  EXPECT_TRUE(p.full(call(el("maybe", "XYZ"))));         // a $ref inside anyOf is enforced too
+  EXPECT_FALSE(p.full(call(el("maybe", "free text"))));
   // What stays refused names the keyword and where it is.
   for (const char* bad : {R"({"type":"string","format":"hostname"})", R"({"$ref":"other.json#/x"})", R"({"$ref":"#/$defs/none"})",
                           R"({"type":"string","pattern":"a","maxLength":3})", R"({"type":"string","minLength":5,"maxLength":2})"}) {
