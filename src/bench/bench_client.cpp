@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "base/error.h"
+#include "base/http_error_text.h"
 
 namespace m3::bench {
 
@@ -18,26 +19,16 @@ std::unique_ptr<httplib::Client> Endpoint::client() const {
   return c;
 }
 
-std::string describe_http_error(httplib::Error e) {
-  switch (e) {
-    case httplib::Error::Connection: return "could not connect (is the server running and listening there?)";
-    case httplib::Error::ConnectionTimeout: return "the connection timed out";
-    case httplib::Error::Read: return "the connection closed while reading the answer";
-    case httplib::Error::Write: return "the connection closed while sending the request";
-    default: return httplib::to_string(e);
-  }
-}
-
 json Endpoint::get_json(const std::string& path) const {
   auto r = client()->Get(path.c_str());
-  if (!r) throw Error("GET " + base + path + ": " + describe_http_error(r.error()));
+  if (!r) throw Error("GET " + base + path + ": " + http_error_text(r.error()));
   if (r->status != 200) throw Error("GET " + base + path + ": HTTP " + std::to_string(r->status) + ": " + r->body);
   return json::parse(r->body);
 }
 
 std::pair<int, std::string> Endpoint::post(const std::string& path, const json& body) const {
   auto r = client()->Post(path.c_str(), body.dump(), "application/json");
-  if (!r) throw Error("POST " + base + path + ": " + describe_http_error(r.error()));
+  if (!r) throw Error("POST " + base + path + ": " + http_error_text(r.error()));
   return {r->status, r->body};
 }
 

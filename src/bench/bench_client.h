@@ -16,9 +16,6 @@
 
 namespace m3::bench {
 
-// cpp-httplib's error, in words a user can act on ("Connection" alone says little).
-std::string describe_http_error(httplib::Error e);
-
 struct Endpoint {
   std::string base;
   httplib::Headers headers;

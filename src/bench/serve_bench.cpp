@@ -25,6 +25,7 @@
 #include "bench/metrics.h"
 #include "bench/plot.h"
 #include "base/error.h"
+#include "base/http_error_text.h"
 
 namespace m3::bench {
 namespace {
@@ -169,7 +170,7 @@ StreamOut stream_request(const Endpoint& ep, const std::string& path, bool chat,
   auto res = cli->send(req);
   if (!buf.empty()) on_line(buf);
   if (!res) {
-    out.trace.error = "connection: " + describe_http_error(res.error());
+    out.trace.error = "connection: " + http_error_text(res.error());
   } else if (res->status != 200) {
     // The server's error body (cpp-httplib may hand a non-200 body to res rather than to the receiver).
     out.trace.error = "HTTP " + std::to_string(res->status) + ": " + (raw.empty() ? res->body.substr(0, 4096) : raw);

@@ -16,7 +16,11 @@ namespace {
 
 const char* kEndOfTurn = "[e~[";
 
-
+// `prompt` ends with `tag`, trailing whitespace aside.
+bool ends_with_tag(std::string_view prompt, std::string_view tag) {
+  while (!prompt.empty() && is_ws(prompt.back())) prompt.remove_suffix(1);
+  return prompt.size() >= tag.size() && prompt.substr(prompt.size() - tag.size()) == tag;
+}
 
 }  // namespace
 
@@ -38,9 +42,11 @@ ReasoningParser::ReasoningParser(ReasoningFormat fmt, bool start_in_reasoning) :
 }
 
 bool ReasoningParser::prompt_starts_reasoning(ReasoningFormat fmt, std::string_view prompt) {
-  const std::string open = tags(fmt).first;
-  while (!prompt.empty() && is_ws(prompt.back())) prompt.remove_suffix(1);
-  return prompt.size() >= open.size() && prompt.substr(prompt.size() - open.size()) == open;
+  return ends_with_tag(prompt, tags(fmt).first);
+}
+
+bool ReasoningParser::prompt_ends_reasoning(ReasoningFormat fmt, std::string_view prompt) {
+  return ends_with_tag(prompt, tags(fmt).second);
 }
 
 ReasoningDelta ReasoningParser::feed(std::string_view delta) {

@@ -34,6 +34,8 @@ class ReasoningParser {
   // True when the rendered prompt ends with the opening think tag (thinking enabled, or M2's
   // `<think>\n` prefill); trailing whitespace after the tag is allowed.
   static bool prompt_starts_reasoning(ReasoningFormat fmt, std::string_view prompt);
+  // True when the rendered prompt ends with the closing think tag (thinking disabled: no reasoning follows).
+  static bool prompt_ends_reasoning(ReasoningFormat fmt, std::string_view prompt);
   // The format's opening and closing think tags.
   static std::pair<std::string, std::string> tags(ReasoningFormat fmt);
 

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "base/http_error_text.h"
 #include "hub/checksum.h"
 #include "hub/progress.h"
 
@@ -87,20 +88,7 @@ std::string header(const httplib::Headers& h, const char* name) {
   return it == h.end() ? std::string() : it->second;
 }
 
-std::string network_error(const std::string& url, httplib::Error e) {
-  switch (e) {
-    case httplib::Error::Connection: return url + ": cannot connect";
-    case httplib::Error::ConnectionTimeout: return url + ": connection timed out";
-    case httplib::Error::Read: return url + ": the connection broke mid-answer";
-    case httplib::Error::Write: return url + ": the request could not be sent";
-    case httplib::Error::SSLConnection: return url + ": the TLS handshake failed";
-    case httplib::Error::SSLLoadingCerts:
-    case httplib::Error::SSLServerVerification:
-      return url + ": the TLS certificate check failed (install Debian's ca-certificates, or point SSL_CERT_FILE at "
-                   "the CA bundle that signs this endpoint)";
-    default: return url + ": HTTP client error " + httplib::to_string(e);
-  }
-}
+std::string network_error(const std::string& url, httplib::Error e) { return url + ": " + http_error_text(e); }
 
 }  // namespace
 

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/error.h"
+#include "base/http_error_text.h"
 
 namespace m3::proxy {
 
@@ -85,7 +86,7 @@ void start_decode(std::shared_ptr<Pipe> pipe, EngineUrl u, std::string path, htt
     httplib::Error err = httplib::Error::Success;
     const bool ok = c.send(rq, rs, err);
     std::lock_guard lk(pipe->mu);
-    if (!ok && !pipe->cancelled) pipe->error = httplib::to_string(err);
+    if (!ok && !pipe->cancelled) pipe->error = http_error_text(err);
     pipe->done = true;
     pipe->cv.notify_all();
   }).detach();
@@ -124,7 +125,7 @@ struct Proxy {
     if (!pr) {
       res.status = 502;
       res.set_content(error_body(502, "the prefill engine " + pname + " could not be reached: " +
-                                          httplib::to_string(pr.error())),
+                                          http_error_text(pr.error())),
                       "application/json");
       return;
     }

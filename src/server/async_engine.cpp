@@ -80,10 +80,11 @@ EngineStats AsyncEngine::stats() const {
   return stats_;
 }
 
-void AsyncEngine::publish_stats() {
+EngineStats AsyncEngine::publish_stats() {
   EngineStats s = engine_.stats();
   std::lock_guard lk(stats_mu_);
   stats_ = s;
+  return s;
 }
 
 std::shared_ptr<OutputStream> AsyncEngine::submit(std::vector<EngineRequest> reqs) {
@@ -218,10 +219,9 @@ void AsyncEngine::loop() {
         tracks_.clear();
         break;
       }
-      publish_stats();
       {
         // Tokens this step computed (vLLM's vllm:iteration_tokens_total histogram).
-        const EngineStats st = engine_.stats();
+        const EngineStats st = publish_stats();
         const int64_t seen = st.prompt_tokens_computed + st.generated_tokens;
         if (step_tokens_seen_ >= 0 && seen > step_tokens_seen_) metrics_.observe_iteration_tokens(seen - step_tokens_seen_);
         step_tokens_seen_ = seen;

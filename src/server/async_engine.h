@@ -102,7 +102,7 @@ class AsyncEngine {
   std::deque<std::shared_ptr<Pending>> submits_;
   std::vector<std::string> aborts_;
   std::map<std::string, Track> tracks_;  // engine thread only
-  void publish_stats();
+  EngineStats publish_stats();  // also returns the copy
   mutable std::mutex stats_mu_;  // guards stats_ only: readers never wait for a step
   EngineStats stats_;            // snapshot published after each step
   std::atomic<bool> stop_{false}, dead_{false};

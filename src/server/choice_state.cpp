@@ -25,7 +25,10 @@ OutputOptions raw_text_options(const ChoiceOptions& o) {
 }  // namespace
 
 ChoiceState::ChoiceState(const Tokenizer* tok, ChoiceOptions opt)
-    : opt_(std::move(opt)), tok_(tok), raw_text_(nullptr, raw_text_options(opt_)) {
+    : opt_(std::move(opt)),
+      tok_(tok),
+      filter_specials_(tok_ && opt_.skip_special && !choice_text_options(opt_).skip_special),
+      raw_text_(nullptr, raw_text_options(opt_)) {
   if (opt_.keep_think_tags) {
     const auto [open, close] = chat::ReasoningParser::tags(*opt_.keep_think_tags);
     kept_specials_ = {open, close};
@@ -79,7 +82,7 @@ ChoiceDelta ChoiceState::on_output(const RequestOutput& out) {
   tokens.insert(tokens.end(), out.new_tokens.begin(), out.new_tokens.end());
   // The engine kept special tokens for the parsers (choice_text_options); those the client did not
   // ask for are taken out after parsing, once the model has emitted them.
-  if (tok_ && opt_.skip_special && !choice_text_options(opt_).skip_special)
+  if (filter_specials_)
     for (int32_t id : out.new_tokens)
       if (tok_->is_special(id)) {
         const std::string& s = tok_->token_bytes(id);

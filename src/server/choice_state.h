@@ -88,6 +88,7 @@ class ChoiceState {
  private:
   ChoiceOptions opt_;
   const Tokenizer* tok_;
+  bool filter_specials_;  // the client skips special tokens the engine kept for the parsers
   OutputProcessor raw_text_;  // on_text's stop strings (text only: no detokenisation)
   std::unique_ptr<chat::ReasoningParser> rp_;
   std::unique_ptr<chat::ToolParser> tp_;

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/error.h"
+#include "base/http_error_text.h"
 #include "server/errors.h"
 
 namespace m3::server {
@@ -184,15 +185,8 @@ std::vector<uint8_t> from_http_url(const ImageInput& in, const MediaOptions& opt
     throw bad_request(in.where + ": fetching '" + u.substr(0, 128) + "' took longer than " +
                           std::to_string(opt.fetch_timeout_s) + " s",
                       "messages");
-  if (!res) {
-    const httplib::Error e = res.error();
-    const std::string why = e == httplib::Error::Connection ? "could not connect (no such host, or nothing listening)"
-                            : e == httplib::Error::ExceedRedirectCount ? "too many redirects"
-                            : e == httplib::Error::SSLConnection || e == httplib::Error::SSLServerVerification
-                                ? "the TLS connection failed"
-                                : httplib::to_string(e);
-    throw bad_request(in.where + ": cannot fetch '" + u.substr(0, 128) + "': " + why, "messages");
-  }
+  if (!res)
+    throw bad_request(in.where + ": cannot fetch '" + u.substr(0, 128) + "': " + http_error_text(res.error()), "messages");
   if (res->status != 200)
     throw bad_request(in.where + ": fetching '" + u.substr(0, 128) + "' answered HTTP " + std::to_string(res->status),
                       "messages");

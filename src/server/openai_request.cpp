@@ -8,7 +8,6 @@
 
 #include "base/error.h"
 #include "chat/json_depth.h"
-#include "chat/text_scan.h"
 #include "server/errors.h"
 #include "server/openai_response.h"
 #include "server/request_fields.h"
@@ -135,10 +134,7 @@ void read_thinking_budget(const ojson& b, const ServerContext& ctx, ParsedReques
     throw bad_request("'thinking_token_budget' needs a reasoning parser (serve --reasoning-parser)",
                       "thinking_token_budget");
   const std::string close = chat::ReasoningParser::tags(*ctx.reasoning).second;
-  std::string_view tail = prompt;
-  while (!tail.empty() && chat::is_ws(tail.back())) tail.remove_suffix(1);
-  const bool closed = tail.size() >= close.size() && tail.substr(tail.size() - close.size()) == close;
-  if (!prompt_opened && !closed)
+  if (!prompt_opened && !chat::ReasoningParser::prompt_ends_reasoning(*ctx.reasoning, prompt))
     throw bad_request("'thinking_token_budget' needs a prompt that opens the reasoning (chat_template_kwargs "
                       "{\"thinking_mode\": \"enabled\"}): the model's own think block cannot be counted",
                       "thinking_token_budget");

@@ -161,15 +161,8 @@ void RedisKvTier::fetcher() {
     // prefetched ones costs a map lookup, not a read).
     st_.read_seconds += get_seconds;
     st_.bytes_read += got_bytes;
-    if (failed) {
-      lk.unlock();
-      mark_down("a prefetch");
-      lk.lock();
-    } else if (!hashes.empty()) {
-      lk.unlock();
-      mark_up();
-      lk.lock();
-    }
+    if (failed) mark_down("a prefetch");
+    else if (!hashes.empty()) mark_up();
     for (uint64_t h : lost) prefetch_failed_.insert(h);
     if (prefetch_failed_.size() > 65536) prefetch_failed_.clear();  // failures nobody asked for again
     for (auto& [h, blob] : got) {
@@ -261,7 +254,10 @@ TierRead RedisKvTier::get(uint64_t hash, std::string& out) {
     }
   }
   if (!ensure(*read_)) {
-    mark_down("a connection");
+    {
+      std::lock_guard lk(mu_);
+      mark_down("a connection");
+    }
     return count(false);
   }
   const std::string k = key(hash);
@@ -270,10 +266,16 @@ TierRead RedisKvTier::get(uint64_t hash, std::string& out) {
     read_->close();
     read_->retry_after = Clock::now() + std::chrono::seconds(1);
     errors_.fetch_add(1);
-    mark_down("a read");
+    {
+      std::lock_guard lk(mu_);
+      mark_down("a read");
+    }
     return count(false);
   }
-  mark_up();
+  {
+    std::lock_guard lk(mu_);
+    mark_up();
+  }
   const bool hit = r->type == REDIS_REPLY_STRING;
   if (hit) out.assign(r->str, r->len);
   freeReplyObject(r);
@@ -281,7 +283,6 @@ TierRead RedisKvTier::get(uint64_t hash, std::string& out) {
 }
 
 void RedisKvTier::mark_down(const char* what) {
-  std::lock_guard lk(mu_);
   down_for_ = std::min<std::chrono::milliseconds>(std::max<std::chrono::milliseconds>(down_for_ * 2, std::chrono::seconds(1)),
                                                   std::chrono::seconds(30));
   down_until_ = Clock::now() + down_for_;
@@ -294,7 +295,6 @@ void RedisKvTier::mark_down(const char* what) {
 }
 
 void RedisKvTier::mark_up() {
-  std::lock_guard lk(mu_);
   down_for_ = std::chrono::milliseconds(0);
   if (!down_logged_) return;
   down_logged_ = false;

@@ -91,8 +91,8 @@ class RedisKvTier : public KvTier {
   std::chrono::steady_clock::time_point down_until_{};
   std::chrono::milliseconds down_for_{0};  // the back-off: 1 s, doubled per failure in a row, at most 30 s
   bool down_logged_ = false;
-  void mark_down(const char* what);  // takes mu_
-  void mark_up();                    // takes mu_
+  void mark_down(const char* what);  // the caller holds mu_
+  void mark_up();                    // the caller holds mu_
   std::thread fetch_thread_;
 };
 
